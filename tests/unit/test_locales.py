@@ -451,7 +451,7 @@ class TestChecksCatchMutations:
         with pytest.raises(ValueError, match="duplicate"):
             parse_catalog(b'{"cli.outputs": "a", "cli.outputs": "b"}')
         with pytest.raises(UnicodeDecodeError):
-            parse_catalog('{"cli.outputs": "Uitvoer"}'.encode("utf-16-le"))
+            parse_catalog('{"cli.outputs": "Ausgänge"}'.encode("latin-1"))
 
     def test_all_problems_is_clean_for_shipped_files(self, english: dict[str, str]) -> None:
         for locale in sorted(EXPECTED_LOCALES):
