@@ -1,0 +1,356 @@
+"""The one exception hierarchy of the model-server client, and the one place
+that maps low-level failures onto it.
+
+```
+FirstGateError                      every error this package raises
+├── GateConfigError (ValueError)    a budget that is not a number
+├── StreamError                     carries what had already arrived (progress)
+│   ├── StreamTimeoutError          a deadline of the gate fired
+│   │   ├── FirstTokenTimeoutError  no content token within the first-token budget
+│   │   ├── IdleTimeoutError        tokens arrived, then the server went quiet
+│   │   └── StreamTotalTimeoutError data kept arriving past the absolute cap
+│   ├── StreamCancelledError        gate.cancel(): user or workflow abort
+│   ├── ConnectionLostError         the connection broke mid-response
+│   └── ProtocolError               the server spoke, but not the protocol
+│       ├── EmptyResponseError      clean close, no token, nobody aborted
+│       ├── FrameTooLargeError      an SSE line over the configured limit
+│       ├── MalformedFrameError     a frame that is not the JSON we expect
+│       └── UnexpectedContentTypeError  the body is not an event stream
+├── ConnectError                    could not reach the server at all
+└── InvokeError                     the server or provider refused the call
+    ├── RateLimitError              429, InvokeRateLimitError
+    ├── AuthorizationError          401/403, InvokeAuthorizationError
+    ├── BadRequestError             400/404/422, InvokeBadRequestError
+    ├── InvokeConnectionError       the provider could not reach its model
+    ├── ServerUnavailableError      502/503/504, InvokeServerUnavailableError
+    └── InvokeServerError           any other server-side failure
+```
+
+Every error has a `message_key` and `params` so a front end can render it in
+any locale (`locales.t`); `str(error)` is the stable English text for logs.
+`transient` says whether another attempt (a retry or a fallback target) may
+help. No message, param or repr contains a credential: everything that may
+carry server text goes through `redact` with the client's secrets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpcore
+import httpx
+
+import locales
+
+# Which deadline fired. The values are part of the public surface (events, logs).
+FIRST_TOKEN = "first_token"
+IDLE = "idle"
+STREAM_TOTAL = "stream_total"
+CEILING = "ceiling"
+
+_EXCERPT_CHARS = 200
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """Replace every known secret in `text` with `***`."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+def excerpt(data: bytes | str, secrets: Iterable[str] = ()) -> str:
+    """A short, credential-free quote of what the server sent."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    text = redact(text, secrets)
+    if len(text) > _EXCERPT_CHARS:
+        text = text[:_EXCERPT_CHARS] + "…"
+    return repr(text)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3g}" if value < 10 else f"{value:.0f}"
+
+
+@dataclass(slots=True)
+class StreamProgress:
+    """What a stream had produced when it ended: kept on every stream error."""
+
+    tokens: int = 0
+    parts: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    headers_received: bool = False
+    bytes_received: int = 0
+
+    @property
+    def partial_text(self) -> str:
+        return "".join(self.parts)
+
+
+class FirstGateError(Exception):
+    """Base of every error raised by `plugin_daemon_client`."""
+
+    message_key: str = ""
+    transient: bool = False
+
+    def __init__(self, message_key: str | None = None, **params: Any) -> None:
+        if message_key:
+            self.message_key = message_key
+        self.params: dict[str, Any] = params
+        super().__init__(self.render())
+
+    def render(self, locale: str | None = None) -> str:
+        return locales.t(self.message_key, locale, **self.params)
+
+    @property
+    def error_type(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+
+class GateConfigError(FirstGateError, ValueError):
+    """A gate budget that is neither a number nor empty."""
+
+    message_key = "errors.config.invalidTimeout"
+
+
+class ConnectError(FirstGateError):
+    message_key = "errors.connect"
+    transient = True
+
+
+class StreamError(FirstGateError):
+    """An error after the request was sent; `progress` is what had arrived."""
+
+    deadline: str | None = None
+
+    def __init__(
+        self,
+        message_key: str | None = None,
+        *,
+        progress: StreamProgress | None = None,
+        **params: Any,
+    ) -> None:
+        self.progress = progress or StreamProgress()
+        params.setdefault("tokens", self.progress.tokens)
+        params.setdefault("elapsed", _seconds(self.progress.elapsed_s))
+        super().__init__(message_key, **params)
+
+    @property
+    def partial_text(self) -> str:
+        return self.progress.partial_text
+
+    @property
+    def tokens(self) -> int:
+        return self.progress.tokens
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.progress.elapsed_s
+
+
+class StreamTimeoutError(StreamError):
+    """One of the gate's deadlines fired; `deadline` names which."""
+
+    transient = True
+
+
+class FirstTokenTimeoutError(StreamTimeoutError):
+    """No content token within the first-token budget (raised only with zero tokens)."""
+
+    deadline = FIRST_TOKEN
+
+
+class IdleTimeoutError(StreamTimeoutError):
+    deadline = IDLE
+    message_key = "errors.idleTimeout"
+
+
+class StreamTotalTimeoutError(StreamTimeoutError):
+    deadline = STREAM_TOTAL
+    message_key = "errors.streamTotalTimeout"
+
+
+class StreamCancelledError(StreamError):
+    message_key = "errors.cancelled"
+
+
+class ConnectionLostError(StreamError):
+    message_key = "errors.connectionLost"
+    transient = True
+
+
+class ProtocolError(StreamError):
+    message_key = "errors.malformedFrame"
+
+
+class EmptyResponseError(ProtocolError):
+    message_key = "errors.emptyResponse"
+    transient = True
+
+
+class FrameTooLargeError(ProtocolError):
+    message_key = "errors.frameTooLarge"
+
+
+class MalformedFrameError(ProtocolError):
+    message_key = "errors.malformedFrame"
+
+
+class UnexpectedContentTypeError(ProtocolError):
+    message_key = "errors.unexpectedContentType"
+
+
+class InvokeError(FirstGateError):
+    """The server or the provider behind it refused or failed the call."""
+
+    message_key = "errors.invoke.server"
+
+    def __init__(
+        self,
+        message_key: str | None = None,
+        *,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        **params: Any,
+    ) -> None:
+        self.status = status
+        self.retry_after_s = retry_after_s
+        super().__init__(message_key, **params)
+
+
+class RateLimitError(InvokeError):
+    message_key = "errors.invoke.rateLimit"
+    transient = True
+
+
+class AuthorizationError(InvokeError):
+    message_key = "errors.invoke.authorization"
+
+
+class BadRequestError(InvokeError):
+    message_key = "errors.invoke.badRequest"
+
+
+class InvokeConnectionError(InvokeError):
+    message_key = "errors.invoke.connection"
+    transient = True
+
+
+class ServerUnavailableError(InvokeError):
+    message_key = "errors.invoke.serverUnavailable"
+    transient = True
+
+
+class InvokeServerError(InvokeError):
+    message_key = "errors.invoke.server"
+    transient = True
+
+
+# --- the mapping place -------------------------------------------------------
+
+# Dify's invoke error names (plugin daemon `PluginInvokeError` payloads) -> ours.
+DAEMON_INVOKE_ERRORS: dict[str, type[InvokeError]] = {
+    "InvokeRateLimitError": RateLimitError,
+    "InvokeAuthorizationError": AuthorizationError,
+    "CredentialsValidateFailedError": AuthorizationError,
+    "InvokeBadRequestError": BadRequestError,
+    "InvokeConnectionError": InvokeConnectionError,
+    "InvokeServerUnavailableError": ServerUnavailableError,
+    "PluginDaemonUnauthorizedError": AuthorizationError,
+    "PluginPermissionDeniedError": AuthorizationError,
+    "PluginDaemonBadRequestError": BadRequestError,
+    "PluginDaemonNotFoundError": BadRequestError,
+    "PluginNotFoundError": BadRequestError,
+    "PluginUniqueIdentifierError": BadRequestError,
+}
+
+
+def invoke_error_for_status(status: int) -> type[InvokeError]:
+    if status == 429:
+        return RateLimitError
+    if status in (401, 403):
+        return AuthorizationError
+    if status in (400, 404, 405, 409, 413, 422):
+        return BadRequestError
+    if status in (502, 503, 504):
+        return ServerUnavailableError
+    return InvokeServerError
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a `Retry-After` header given in seconds; dates are ignored."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def timeout_error(
+    deadline: str, progress: StreamProgress, *, budget_s: float, ceiling_knob: str = ""
+) -> StreamTimeoutError:
+    """Build the timeout error for the deadline that fired, with an honest message."""
+    if deadline == FIRST_TOKEN:
+        key = (
+            "errors.firstTokenTimeout.accepted"
+            if progress.headers_received
+            else "errors.firstTokenTimeout.notAccepted"
+        )
+        return FirstTokenTimeoutError(key, progress=progress, budget=_seconds(budget_s))
+    if deadline == CEILING:
+        err = FirstTokenTimeoutError(
+            "errors.firstTokenTimeout.ceiling",
+            progress=progress,
+            ceiling=_seconds(budget_s),
+            knob=ceiling_knob,
+        )
+        err.deadline = CEILING
+        return err
+    if deadline == IDLE:
+        return IdleTimeoutError(progress=progress, idle=_seconds(budget_s))
+    if deadline == STREAM_TOTAL:
+        return StreamTotalTimeoutError(progress=progress, cap=_seconds(budget_s))
+    raise AssertionError(f"unknown deadline {deadline!r}")
+
+
+def map_transport_exception(
+    exc: BaseException, progress: StreamProgress, *, url: str, secrets: Iterable[str] = ()
+) -> FirstGateError | None:
+    """Map an httpx/httpcore failure (no gate involved) onto our hierarchy.
+
+    Returns None for anything that is not a transport failure, so the caller
+    re-raises it unchanged.
+    """
+    detail = redact(str(exc) or type(exc).__name__, secrets)
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpcore.ConnectError):
+        return ConnectError(url=redact(url, secrets), detail=detail)
+    if isinstance(exc, httpcore.ConnectTimeout):
+        return ConnectError(url=redact(url, secrets), detail=detail)
+    if isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException):
+        # The caller's own httpx read timeout (not a gate deadline).
+        if progress.tokens:
+            return IdleTimeoutError(progress=progress, idle="?")
+        return FirstTokenTimeoutError(
+            "errors.firstTokenTimeout.accepted"
+            if progress.headers_received
+            else "errors.firstTokenTimeout.notAccepted",
+            progress=progress,
+            budget="?",
+        )
+    if isinstance(
+        exc,
+        httpx.NetworkError
+        | httpx.RemoteProtocolError
+        | httpcore.NetworkError
+        | httpcore.RemoteProtocolError,
+    ):
+        return ConnectionLostError(progress=progress, detail=detail)
+    return None

@@ -1,0 +1,1 @@
+"""Wire protocols over the same streaming core: request builders and frame decoders."""

@@ -1,0 +1,68 @@
+"""Incremental, bounded Server-Sent Events line decoder.
+
+Each `data:` line is one frame: the model servers we speak to (llama.cpp,
+vLLM, Ollama, the Dify plugin daemon) put one JSON document on one line, and
+dispatching per line delivers a token without waiting for the blank line.
+Comment lines (`: ping`) and the other SSE fields are skipped. A line longer
+than `max_line_bytes` is an error, not unbounded memory; a line that is not
+SSE at all means the body is not an event stream.
+"""
+
+from __future__ import annotations
+
+DEFAULT_MAX_LINE_BYTES = 1 << 20
+
+_SKIPPED_FIELDS = (b"event:", b"id:", b"retry:", b"event", b"id", b"retry")
+
+
+class SSEViolation(Exception):
+    """The byte stream broke the SSE framing; `kind` is "too_large" or "not_sse"."""
+
+    def __init__(self, kind: str, line: bytes) -> None:
+        super().__init__(kind)
+        self.kind = kind
+        self.line = line[:400]
+
+
+class SSEDecoder:
+    __slots__ = ("_buffer", "_max")
+
+    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        self._buffer = b""
+        self._max = max_line_bytes
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Consume bytes; return the payloads of the complete `data:` lines."""
+        data = self._buffer + chunk if self._buffer else chunk
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        if len(tail) > self._max:
+            raise SSEViolation("too_large", tail)
+        self._buffer = tail
+        return self._payloads(lines)
+
+    def close(self) -> list[bytes]:
+        """The stream ended: a last line without a newline still counts."""
+        tail, self._buffer = self._buffer, b""
+        return self._payloads([tail]) if tail else []
+
+    def _payloads(self, lines: list[bytes]) -> list[bytes]:
+        out: list[bytes] = []
+        limit = self._max
+        for line in lines:
+            if line[:5] == b"data:":
+                if len(line) > limit:
+                    raise SSEViolation("too_large", line)
+                payload = line[5:]
+                if payload[:1] == b" ":
+                    payload = payload[1:]
+                if payload[-1:] == b"\r":
+                    payload = payload[:-1]
+                out.append(payload)
+            elif not line or line == b"\r" or line[:1] == b":":
+                continue
+            elif line.rstrip(b"\r").startswith(_SKIPPED_FIELDS):
+                continue
+            else:
+                raise SSEViolation("too_large" if len(line) > limit else "not_sse", line)
+        return out
