@@ -1,0 +1,213 @@
+"""Pydantic models for the node fields every Dify node shares, and the
+validators that give DSL mistakes a message key and a plain-language message.
+
+A validator raises `PydanticCustomError(message_key, english, params)`: the
+loader turns that into a located problem and renders it through `locales`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from nodes.selectors import Selector
+
+
+def shown(value: Any) -> str:
+    """How a wrong value is quoted in a message: JSON, so strings keep their quotes."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def dsl_error(key: str, english: str, **params: Any) -> PydanticCustomError:
+    return PydanticCustomError(key, english, params)
+
+
+def _as_int(value: Any) -> int | None:
+    """An integer from an int, an integral float or a digit string; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
+
+
+def bounded_int(lo: int, hi: int) -> Any:
+    def check(value: Any) -> int:
+        number = _as_int(value)
+        if number is None or not lo <= number <= hi:
+            raise dsl_error(
+                "dsl.intRange",
+                "must be an integer between {min} and {max}, got {got}",
+                min=lo,
+                max=hi,
+                got=shown(value),
+            )
+        return number
+
+    return Annotated[int, BeforeValidator(check)]
+
+
+def _milliseconds(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    number = _as_int(value)
+    if number is None or number < 0:
+        raise dsl_error(
+            "dsl.milliseconds",
+            "must be a whole number of milliseconds (0 or empty disables it), got {got}",
+            got=shown(value),
+        )
+    return number
+
+
+Milliseconds = Annotated[int | None, BeforeValidator(_milliseconds)]
+
+
+def choice(*options: str) -> Any:
+    def check(value: Any) -> str:
+        if value not in options:
+            raise dsl_error(
+                "dsl.choice",
+                "must be one of {choices}, got {got}",
+                choices=", ".join(options),
+                got=shown(value),
+            )
+        return value
+
+    return Annotated[str, BeforeValidator(check)]
+
+
+def _selector(value: Any) -> Selector:
+    if (
+        isinstance(value, list | tuple)
+        and len(value) >= 2
+        and all(isinstance(part, str) and part for part in value)
+    ):
+        return tuple(value)
+    raise dsl_error(
+        "dsl.selector",
+        "must be a variable selector like [node_id, variable], got {got}",
+        got=shown(value),
+    )
+
+
+SelectorField = Annotated[Selector, BeforeValidator(_selector)]
+
+
+class DslModel(BaseModel):
+    """Unknown keys the editor writes (positions, icons, UI state) are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class RetryConfig(DslModel):
+    retry_enabled: bool = False
+    max_retries: bounded_int(0, 10) = 0  # type: ignore[valid-type]
+    # Milliseconds between attempts. Dify's editor offers 100-5000; we allow up to a minute.
+    retry_interval: bounded_int(0, 60_000) = 0  # type: ignore[valid-type]
+
+
+DEFAULT_VALUE_TYPES = (
+    "string",
+    "number",
+    "object",
+    "array[string]",
+    "array[number]",
+    "array[object]",
+)
+
+
+def _decode_json(value: Any) -> Any:
+    # The editor stores object and array defaults as JSON text.
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def coerce_default(kind: str, value: Any) -> Any:
+    """Coerce a `default_value` entry to its declared type, or raise a DSL error."""
+    if kind == "string" and isinstance(value, str | int | float) and not isinstance(value, bool):
+        return str(value)
+    if kind == "number":
+        if _is_number(value):
+            return value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                number = math.nan
+            if math.isfinite(number):
+                return int(number) if number.is_integer() and "." not in value else number
+    if kind == "object":
+        decoded = _decode_json(value)
+        if isinstance(decoded, dict):
+            return decoded
+    if kind.startswith("array["):
+        decoded = _decode_json(value)
+        item_ok = {
+            "array[string]": lambda item: isinstance(item, str),
+            "array[number]": _is_number,
+            "array[object]": lambda item: isinstance(item, dict),
+        }[kind]
+        if isinstance(decoded, list) and all(item_ok(item) for item in decoded):
+            return decoded
+    raise dsl_error(
+        "dsl.defaultValue.type", "must be of type {type}, got {got}", type=kind, got=shown(value)
+    )
+
+
+class DefaultValue(DslModel):
+    key: Annotated[str, Field(min_length=1)]
+    type: choice(*DEFAULT_VALUE_TYPES)  # type: ignore[valid-type]
+    value: Any = None
+
+    @field_validator("value")
+    @classmethod
+    def _coerce(cls, value: Any, info: ValidationInfo) -> Any:
+        kind = info.data.get("type")
+        return value if kind is None else coerce_default(kind, value)
+
+
+ErrorStrategy = Literal["fail-branch", "default-value"]
+
+
+def _strategy(value: Any) -> str | None:
+    if value in (None, "", "none"):
+        return None
+    if value not in ("fail-branch", "default-value"):
+        raise dsl_error(
+            "dsl.choice",
+            "must be one of {choices}, got {got}",
+            choices="fail-branch, default-value",
+            got=shown(value),
+        )
+    return value
+
+
+class BaseNodeData(DslModel):
+    """Fields every node may carry; each node type subclasses this."""
+
+    type: str
+    title: str = ""
+    desc: str = ""
+    error_strategy: Annotated[ErrorStrategy | None, BeforeValidator(_strategy)] = None
+    default_value: list[DefaultValue] = Field(default_factory=list)
+    retry_config: RetryConfig = Field(default_factory=RetryConfig)

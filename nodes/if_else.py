@@ -1,0 +1,103 @@
+"""If-else node: picks the first case whose conditions hold; its `case_id` is the
+edge handle to follow, `false` when none holds."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from nodes.base import NodeContext, NodeResult, render_selectors
+from nodes.comparison import OPERATORS, UNARY, compare, normalize_operator
+from nodes.config import BaseNodeData, DslModel, SelectorField, choice, dsl_error, shown
+from nodes.selectors import Selector, template_selectors
+
+TYPE = "if-else"
+SUPPORTS_RETRY = False
+ELSE_HANDLE = "false"
+
+
+def _operator(value: Any) -> str:
+    if not isinstance(value, str) or normalize_operator(value) not in OPERATORS:
+        raise dsl_error(
+            "dsl.choice",
+            "must be one of {choices}, got {got}",
+            choices=", ".join(OPERATORS),
+            got=shown(value),
+        )
+    return normalize_operator(value)
+
+
+class Condition(DslModel):
+    variable_selector: SelectorField
+    comparison_operator: Annotated[str, BeforeValidator(_operator)]
+    value: Any = None
+
+
+class Case(DslModel):
+    case_id: str = Field(min_length=1)
+    logical_operator: choice("and", "or") = "and"  # type: ignore[valid-type]
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class Data(BaseNodeData):
+    cases: list[Case] = Field(default_factory=list)
+    # Older exports: one implicit case with id "true".
+    logical_operator: choice("and", "or") = "and"  # type: ignore[valid-type]
+    conditions: list[Condition] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _legacy_case(self) -> Data:
+        if not self.cases and self.conditions:
+            legacy = Case(
+                case_id="true", logical_operator=self.logical_operator, conditions=self.conditions
+            )
+            object.__setattr__(self, "cases", [legacy])
+        return self
+
+
+def handles(data: Data) -> set[str]:
+    return {c.case_id for c in data.cases} | {ELSE_HANDLE}
+
+
+def selectors(data: Data) -> list[Selector]:
+    found: list[Selector] = []
+    for case in data.cases:
+        for condition in case.conditions:
+            found.append(condition.variable_selector)
+            if isinstance(condition.value, str):
+                found.extend(template_selectors(condition.value))
+    return found
+
+
+def output_names(data: Data) -> set[str]:
+    return {"result", "selected_case_id"}
+
+
+def _holds(condition: Condition, ctx: NodeContext) -> bool:
+    actual = ctx.variables.get(condition.variable_selector)
+    expected = condition.value
+    if condition.comparison_operator not in UNARY and isinstance(expected, str):
+        # A comparison value may itself reference variables.
+        expected = render_selectors(expected, ctx.variables)
+    return compare(condition.comparison_operator, actual, expected)
+
+
+def evaluate(case: Case, ctx: NodeContext) -> bool:
+    results = (_holds(c, ctx) for c in case.conditions)
+    if not case.conditions:
+        return False
+    return all(results) if case.logical_operator == "and" else any(results)
+
+
+def run(data: Data, ctx: NodeContext) -> NodeResult:
+    for case in data.cases:
+        if evaluate(case, ctx):
+            return NodeResult(
+                outputs={"result": True, "selected_case_id": case.case_id},
+                handles=frozenset({case.case_id}),
+            )
+    return NodeResult(
+        outputs={"result": False, "selected_case_id": ELSE_HANDLE},
+        handles=frozenset({ELSE_HANDLE}),
+    )

@@ -1,0 +1,42 @@
+"""The node types this runtime supports, by their Dify `type` name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+
+from nodes import answer, end, if_else, llm, start, template_transform, variable_aggregator
+from nodes.base import SUCCESS_HANDLE, NodeContext, NodeResult
+from nodes.config import BaseNodeData
+from nodes.selectors import Selector
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    type: str
+    data_model: type[BaseNodeData]
+    run: Callable[[BaseNodeData, NodeContext], NodeResult]
+    selectors: Callable[[BaseNodeData], list[Selector]]
+    output_names: Callable[[BaseNodeData], set[str]]
+    supports_retry: bool
+    # Handles a node's outgoing edges may use besides the error handle.
+    handles: Callable[[BaseNodeData], set[str]]
+
+
+def _spec(module: ModuleType) -> NodeSpec:
+    return NodeSpec(
+        type=module.TYPE,
+        data_model=module.Data,
+        run=module.run,
+        selectors=module.selectors,
+        output_names=module.output_names,
+        supports_retry=module.SUPPORTS_RETRY,
+        handles=getattr(module, "handles", lambda data: {SUCCESS_HANDLE}),
+    )
+
+
+NODE_TYPES: dict[str, NodeSpec] = {
+    m.TYPE: _spec(m)
+    for m in (start, end, answer, llm, if_else, template_transform, variable_aggregator)
+}

@@ -1,0 +1,36 @@
+"""Template-transform node: renders a Jinja2 template in a sandbox."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from nodes.base import NodeContext, NodeResult
+from nodes.config import BaseNodeData, DslModel, SelectorField
+from nodes.jinja import render_jinja
+from nodes.selectors import Selector
+
+TYPE = "template-transform"
+SUPPORTS_RETRY = False
+
+
+class TemplateVariable(DslModel):
+    variable: str = Field(min_length=1)
+    value_selector: SelectorField
+
+
+class Data(BaseNodeData):
+    template: str = ""
+    variables: list[TemplateVariable] = Field(default_factory=list)
+
+
+def selectors(data: Data) -> list[Selector]:
+    return [v.value_selector for v in data.variables]
+
+
+def output_names(data: Data) -> set[str]:
+    return {"output"}
+
+
+def run(data: Data, ctx: NodeContext) -> NodeResult:
+    values = {v.variable: ctx.variables.get(v.value_selector) for v in data.variables}
+    return NodeResult(outputs={"output": render_jinja(data.template, values)})

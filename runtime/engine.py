@@ -1,0 +1,391 @@
+"""One workflow run: the dispatcher.
+
+The dispatcher runs in whichever thread (or greenlet) iterates the run. It
+launches ready nodes on the worker pool, receives their events and outcomes
+through one queue, updates the variable pool and the scheduler, streams
+answers, and decides how the run ends. Abort, failure and the time limit all
+stop the run through `_stop`: cancel the token (which shuts in-flight LLM
+sockets down through their gates), wake the dispatcher, drain, report.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from nodes.base import ClientProvider, NodeContext
+from nodes.cancel import CancelToken
+from runtime import events as ev
+from runtime.answer_stream import AnswerStreamer, Piece
+from runtime.error_handler import Outcome, Status, error_type, execute
+from runtime.graph import NodeDef
+from runtime.limits import Deadline, LimitExceededError, RunLimits, steps_exceeded, time_exceeded
+from runtime.model_routes import RouteClients
+from runtime.scheduler import Scheduler
+from runtime.variable_pool import VariablePool
+from runtime.worker_pool import WorkerPool
+from runtime.workflow import Workflow
+
+# How long a stopped run waits for its in-flight nodes to notice the cancel.
+DRAIN_GRACE_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    node_id: str
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    aborted: bool  # True: the caller aborted; False: a limit was exceeded
+    reason: str
+    error: BaseException | None = None
+
+
+class WorkflowRun:
+    """Iterate for events; `abort()` from any thread or greenlet stops the run promptly."""
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        inputs: dict[str, Any],
+        *,
+        query: str,
+        clients: ClientProvider,
+        limits: RunLimits,
+        max_workers: int,
+        run_id: str,
+    ) -> None:
+        self.workflow = workflow
+        self.graph = workflow.graph
+        self.inputs = inputs
+        self.run_id = run_id
+        self.limits = limits
+        self.clients = clients
+        self.cancel = CancelToken()
+        self.pool = VariablePool(
+            {
+                "query": query,
+                "files": [],
+                "workflow_run_id": run_id,
+                "user_id": "",
+                "app_id": "",
+                "workflow_id": "",
+                "conversation_id": "",
+                "dialogue_count": 0,
+            },
+            workflow.environment,
+        )
+        self.scheduler = Scheduler(self.graph)
+        self.streamer = AnswerStreamer(self.graph, self.scheduler, self.pool)
+        self.status: str | None = None
+        self.outputs: dict[str, Any] = {}
+        self._queue: queue.Queue[object] = queue.Queue()
+        self._workers = WorkerPool(max_workers)
+        self._in_flight: set[str] = set()
+        self._steps = 0
+        self._exceptions = 0
+        self._answers: list[str] = []
+        self._failure: tuple[NodeDef, BaseException] | None = None
+        self._stop_message: _Stop | None = None
+        self._t0 = time.monotonic()
+        self._events = self._run()
+
+    # ---- public surface
+
+    def __iter__(self) -> Iterator[ev.Event]:
+        return self
+
+    def __next__(self) -> ev.Event:
+        return next(self._events)
+
+    def abort(self, reason: str = "workflow aborted") -> None:
+        self._stop(_Stop(aborted=True, reason=reason))
+
+    def close(self) -> None:
+        """Stop and release everything if the caller stops iterating early."""
+        self._events.close()
+
+    # ---- stopping
+
+    def _stop(self, message: _Stop) -> None:
+        if self.cancel.cancel(message.reason):  # shuts in-flight streams down via their gates
+            self._stop_message = message
+            self._queue.put(message)  # wakes the dispatcher
+
+    def _time_limit(self) -> None:
+        assert self.limits.max_run_seconds is not None
+        error = time_exceeded(self.limits.max_run_seconds)
+        self._stop(_Stop(aborted=False, reason=str(error), error=error))
+
+    # ---- the dispatcher
+
+    def _elapsed(self) -> float:
+        return round(time.monotonic() - self._t0, 6)
+
+    def _run(self) -> Iterator[ev.Event]:
+        self._t0 = time.monotonic()
+        deadline = Deadline(self.limits.max_run_seconds, self._time_limit)
+        try:
+            yield ev.WorkflowStarted(
+                elapsed=self._elapsed(), run_id=self.run_id, inputs=dict(self.inputs)
+            )
+            deadline.start()
+            try:
+                if isinstance(self.clients, RouteClients) and self.clients.needs_local(
+                    self.workflow.llm_providers()
+                ):
+                    # Started here, in the caller's thread, so the server dies with us.
+                    self.clients.start_local()
+            except Exception as exc:  # noqa: BLE001 - reported as the run's failure
+                yield self._terminal_failed(exc)
+                return
+            for node_id in self.scheduler.roots():
+                yield from self._launch(node_id)
+            while self._in_flight and self._stop_message is None and self._failure is None:
+                item = self._queue.get()
+                if isinstance(item, _Done):
+                    yield from self._finish(item)
+                elif isinstance(item, ev.Event):
+                    yield from self._relay(item)
+            if self._stop_message is None and self._failure is None:
+                yield self._terminal_success()
+                return
+            yield from self._drain()
+            yield self._terminal_stopped()
+        finally:
+            deadline.cancel()
+            self.cancel.cancel("run finished")
+            self._workers.shutdown(timeout=1.0)
+            close = getattr(self.clients, "close", None)
+            if callable(close):
+                close()
+
+    def _launch(self, node_id: str) -> Iterator[ev.Event]:
+        if self.cancel.cancelled:
+            return
+        self._steps += 1
+        if self._steps > self.limits.max_steps:
+            error = steps_exceeded(self.limits.max_steps)
+            self._stop(_Stop(aborted=False, reason=str(error), error=error))
+            return
+        node = self.graph.nodes[node_id]
+        self.scheduler.mark_running(node_id)
+        self._in_flight.add(node_id)
+        yield ev.NodeStarted(
+            elapsed=self._elapsed(), node_id=node.id, node_type=node.type, title=node.title
+        )
+        yield from self._pieces(self.streamer.advance_all())
+        self._workers.submit(lambda: self._execute(node))
+
+    def _execute(self, node: NodeDef) -> None:
+        """Runs on a worker: the node's attempts, retries and strategy."""
+        try:
+            outcome = execute(
+                node,
+                lambda attempt: self._context(node, attempt),
+                self.cancel,
+                self._retry_reporter(node),
+            )
+        except BaseException as exc:  # noqa: BLE001 - a bug in a node must still end the run cleanly
+            outcome = Outcome(Status.FAILED, 1, error=exc)
+        self._queue.put(_Done(node.id, outcome))
+
+    def _context(self, node: NodeDef, attempt: int) -> NodeContext:
+        common = {"node_id": node.id, "node_type": node.type, "title": node.title}
+
+        def chunk(text: str) -> None:
+            self._queue.put(
+                ev.NodeChunk(elapsed=self._elapsed(), attempt=attempt, text=text, **common)
+            )
+
+        def wait(info: Any) -> None:
+            self._queue.put(
+                ev.NodeWaiting(
+                    elapsed=self._elapsed(),
+                    attempt=attempt,
+                    wait_elapsed=float(getattr(info, "elapsed_s", 0.0)),
+                    message=str(getattr(info, "message", "")),
+                    message_key=str(getattr(info, "message_key", "")),
+                    params=dict(getattr(info, "params", {}) or {}),
+                    **common,
+                )
+            )
+
+        return NodeContext(
+            node_id=node.id,
+            attempt=attempt,
+            variables=self.pool,
+            cancel=self.cancel,
+            emit_chunk=chunk,
+            emit_wait=wait,
+            clients=self.clients,
+            inputs=self.inputs,
+        )
+
+    def _retry_reporter(self, node: NodeDef) -> Any:
+        def report(attempt: int, exc: Exception, interval_ms: int) -> None:
+            self._queue.put(
+                ev.NodeRetry(
+                    elapsed=self._elapsed(),
+                    node_id=node.id,
+                    node_type=node.type,
+                    title=node.title,
+                    attempt=attempt,
+                    error_type=error_type(exc),
+                    error_message=str(exc),
+                    partial_text=str(getattr(exc, "partial_text", "") or ""),
+                    retry_interval_ms=interval_ms,
+                    error=exc,
+                )
+            )
+
+        return report
+
+    def _relay(self, event: ev.Event) -> Iterator[ev.Event]:
+        if self.cancel.cancelled:
+            return  # chunks of a stopped run are noise
+        yield event
+        if isinstance(event, ev.NodeChunk):
+            yield from self._pieces(
+                self.streamer.on_chunk(event.node_id, event.attempt, event.text)
+            )
+        elif isinstance(event, ev.NodeRetry):
+            self.streamer.on_retry(event.node_id)
+
+    def _pieces(self, pieces: list[Piece]) -> Iterator[ev.Event]:
+        for piece in pieces:
+            target = self.graph.nodes[piece.target_id]
+            yield ev.AnswerChunk(
+                elapsed=self._elapsed(),
+                node_id=target.id,
+                node_type=target.type,
+                title=target.title,
+                text=piece.text,
+                from_node_id=piece.source,
+                attempt=piece.attempt,
+            )
+
+    def _finish(self, done: _Done) -> Iterator[ev.Event]:
+        node = self.graph.nodes[done.node_id]
+        outcome = done.outcome
+        self._in_flight.discard(node.id)
+        common = {
+            "elapsed": self._elapsed(),
+            "node_id": node.id,
+            "node_type": node.type,
+            "title": node.title,
+        }
+        if outcome.status is Status.SUCCEEDED:
+            self.pool.set_outputs(node.id, outcome.outputs)
+            yield from self._pieces(self.streamer.finish(node.id))
+            self._collect_outputs(node, outcome.outputs)
+            yield ev.NodeSucceeded(attempt=outcome.attempt, outputs=outcome.outputs, **common)
+        elif outcome.status is Status.EXCEPTION:
+            assert outcome.error is not None
+            self._exceptions += 1
+            self.pool.set_outputs(node.id, outcome.outputs)
+            yield ev.NodeException(
+                attempt=outcome.attempt,
+                strategy=outcome.strategy or "",
+                error_type=error_type(outcome.error),
+                error_message=str(outcome.error),
+                outputs=outcome.outputs,
+                error=outcome.error,
+                **common,
+            )
+        else:
+            yield self._node_failed(node, outcome)
+            if outcome.status is Status.FAILED and self._failure is None:
+                self._failure = (node, outcome.error or RuntimeError("node failed"))
+                self.cancel.cancel(f"node {node.id} failed")
+            return
+        ready = self.scheduler.complete(node.id, outcome.handles)
+        yield from self._pieces(self.streamer.advance_all())
+        for node_id in ready:
+            yield from self._launch(node_id)
+
+    def _node_failed(self, node: NodeDef, outcome: Outcome) -> ev.NodeFailed:
+        error = outcome.error
+        return ev.NodeFailed(
+            elapsed=self._elapsed(),
+            node_id=node.id,
+            node_type=node.type,
+            title=node.title,
+            attempt=outcome.attempt,
+            error_type=error_type(error) if error else "StreamCancelledError",
+            error_message=str(error) if error else (self.cancel.reason or "cancelled"),
+            error=error,
+        )
+
+    def _collect_outputs(self, node: NodeDef, outputs: dict[str, Any]) -> None:
+        if node.type == "end":
+            self.outputs.update(outputs)
+        elif node.type == "answer":
+            self._answers.append(str(outputs.get("answer", "")))
+            self.outputs["answer"] = "".join(self._answers)
+
+    def _drain(self) -> Iterator[ev.Event]:
+        """Wait (briefly) for in-flight nodes to notice the cancel, and report them."""
+        give_up = time.monotonic() + DRAIN_GRACE_S
+        while self._in_flight:
+            try:
+                item = self._queue.get(timeout=max(0.0, give_up - time.monotonic()))
+            except queue.Empty:
+                break
+            if isinstance(item, _Done):
+                self._in_flight.discard(item.node_id)
+                node = self.graph.nodes[item.node_id]
+                if item.outcome.status is Status.SUCCEEDED:
+                    self.pool.set_outputs(node.id, item.outcome.outputs)
+                    yield ev.NodeSucceeded(
+                        elapsed=self._elapsed(),
+                        node_id=node.id,
+                        node_type=node.type,
+                        title=node.title,
+                        attempt=item.outcome.attempt,
+                        outputs=item.outcome.outputs,
+                    )
+                else:
+                    yield self._node_failed(node, item.outcome)
+
+    # ---- how the run ends
+
+    def _terminal_success(self) -> ev.Event:
+        if self._exceptions:
+            self.status = "partial-succeeded"
+            return ev.WorkflowPartialSucceeded(
+                elapsed=self._elapsed(),
+                outputs=dict(self.outputs),
+                exceptions_count=self._exceptions,
+            )
+        self.status = "succeeded"
+        return ev.WorkflowSucceeded(elapsed=self._elapsed(), outputs=dict(self.outputs))
+
+    def _terminal_failed(self, error: BaseException) -> ev.WorkflowFailed:
+        self.status = "failed"
+        return ev.WorkflowFailed(
+            elapsed=self._elapsed(),
+            error_type=error_type(error),
+            error_message=str(error),
+            outputs=dict(self.outputs),
+            error=error,
+        )
+
+    def _terminal_stopped(self) -> ev.Event:
+        if self._failure is not None:
+            return self._terminal_failed(self._failure[1])
+        stop = self._stop_message
+        assert stop is not None
+        if stop.aborted:
+            self.status = "aborted"
+            return ev.WorkflowAborted(
+                elapsed=self._elapsed(), reason=stop.reason, outputs=dict(self.outputs)
+            )
+        return self._terminal_failed(
+            stop.error or LimitExceededError("cli.limit.time", stop.reason)
+        )

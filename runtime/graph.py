@@ -1,0 +1,117 @@
+"""The validated workflow graph: nodes with typed data, edges with handles."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from nodes.base import FAIL_HANDLE
+from nodes.config import BaseNodeData
+from nodes.registry import NodeSpec
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDef:
+    id: str
+    title: str
+    type: str
+    spec: NodeSpec
+    data: BaseNodeData
+
+    @property
+    def has_fail_branch(self) -> bool:
+        return self.data.error_strategy == "fail-branch"
+
+    @property
+    def retries(self) -> int:
+        config = self.data.retry_config
+        return config.max_retries if self.spec.supports_retry and config.retry_enabled else 0
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeDef:
+    id: str
+    source: str
+    target: str
+    handle: str
+
+
+@dataclass
+class Graph:
+    nodes: dict[str, NodeDef]
+    edges: list[EdgeDef]
+    start_id: str
+    _out: dict[str, list[EdgeDef]] = field(default_factory=dict)
+    _in: dict[str, list[EdgeDef]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        out: dict[str, list[EdgeDef]] = defaultdict(list)
+        into: dict[str, list[EdgeDef]] = defaultdict(list)
+        for edge in self.edges:
+            out[edge.source].append(edge)
+            into[edge.target].append(edge)
+        self._out, self._in = dict(out), dict(into)
+
+    def out_edges(self, node_id: str) -> list[EdgeDef]:
+        return self._out.get(node_id, [])
+
+    def in_edges(self, node_id: str) -> list[EdgeDef]:
+        return self._in.get(node_id, [])
+
+    def is_branching(self, node_id: str) -> bool:
+        """Whether the node may leave some of its edges untaken."""
+        node = self.nodes[node_id]
+        handles = {e.handle for e in self.out_edges(node_id)}
+        return len(handles) > 1 or node.has_fail_branch or FAIL_HANDLE in handles
+
+    @cached_property
+    def reachable(self) -> frozenset[str]:
+        seen = {self.start_id}
+        stack = [self.start_id]
+        while stack:
+            for edge in self.out_edges(stack.pop()):
+                if edge.target not in seen:
+                    seen.add(edge.target)
+                    stack.append(edge.target)
+        return frozenset(seen)
+
+    def ancestors(self, node_id: str) -> set[str]:
+        seen: set[str] = set()
+        stack = [node_id]
+        while stack:
+            for edge in self.in_edges(stack.pop()):
+                if edge.source not in seen:
+                    seen.add(edge.source)
+                    stack.append(edge.source)
+        return seen
+
+
+def find_cycle(node_ids: list[str], edges: list[tuple[str, str]]) -> list[str] | None:
+    """One cycle as a list of node ids (first repeated at the end), or None."""
+    successors: dict[str, list[str]] = defaultdict(list)
+    for source, target in edges:
+        successors[source].append(target)
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    for root in node_ids:
+        if root in state:
+            continue
+        path: list[str] = []
+        stack: list[tuple[str, int]] = [(root, 0)]
+        while stack:
+            node, index = stack.pop()
+            if index == 0:
+                state[node] = 1
+                path.append(node)
+            nexts = successors.get(node, [])
+            if index < len(nexts):
+                stack.append((node, index + 1))
+                target = nexts[index]
+                if state.get(target) == 1:
+                    return path[path.index(target) :] + [target]
+                if target not in state:
+                    stack.append((target, 0))
+            else:
+                state[node] = 2
+                path.pop()
+    return None

@@ -1,0 +1,85 @@
+"""Which nodes are ready: edge states, joins and skip propagation.
+
+An edge is pending until its source finishes; then it is taken or skipped.
+A node is ready when every incoming edge is resolved and at least one was
+taken (a join waits for all branches that ran). A node whose incoming edges
+were all skipped is skipped itself, and its outgoing edges with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+
+from nodes.base import SUCCESS_HANDLE
+from runtime.graph import EdgeDef, Graph
+
+
+class EdgeState(Enum):
+    PENDING = "pending"
+    TAKEN = "taken"
+    SKIPPED = "skipped"
+
+
+class NodeState(Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    SKIPPED = "skipped"
+
+
+class Scheduler:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        # Edges are keyed by position: exported edge ids are not always unique.
+        self._edge_index = {id(e): i for i, e in enumerate(graph.edges)}
+        self._edges = [EdgeState.PENDING] * len(graph.edges)
+        self._nodes = {node_id: NodeState.PENDING for node_id in graph.nodes}
+
+    def edge_state(self, edge: EdgeDef) -> EdgeState:
+        return self._edges[self._edge_index[id(edge)]]
+
+    def node_state(self, node_id: str) -> NodeState:
+        return self._nodes[node_id]
+
+    def mark_running(self, node_id: str) -> None:
+        self._nodes[node_id] = NodeState.RUNNING
+
+    def roots(self) -> list[str]:
+        return [self.graph.start_id]
+
+    def complete(self, node_id: str, handles: Iterable[str] | None) -> list[str]:
+        """Record a finished node; returns the nodes that became ready, in edge order.
+
+        `handles` None means the success edges (`source`).
+        """
+        chosen = frozenset(handles) if handles is not None else frozenset({SUCCESS_HANDLE})
+        self._nodes[node_id] = NodeState.DONE
+        for edge in self.graph.out_edges(node_id):
+            taken = edge.handle in chosen
+            self._set(edge, EdgeState.TAKEN if taken else EdgeState.SKIPPED)
+        return self._settle(e.target for e in self.graph.out_edges(node_id))
+
+    def _set(self, edge: EdgeDef, state: EdgeState) -> None:
+        self._edges[self._edge_index[id(edge)]] = state
+
+    def _settle(self, candidates: Iterable[str]) -> list[str]:
+        ready: list[str] = []
+        work = list(dict.fromkeys(candidates))
+        while work:
+            node_id = work.pop(0)
+            if self._nodes[node_id] is not NodeState.PENDING:
+                continue
+            states = [self.edge_state(e) for e in self.graph.in_edges(node_id)]
+            if EdgeState.PENDING in states:
+                continue  # a branch that may still run has not finished
+            if EdgeState.TAKEN in states:
+                if node_id not in ready:
+                    ready.append(node_id)
+                continue
+            # Every way in was skipped: skip this node and everything only it feeds.
+            self._nodes[node_id] = NodeState.SKIPPED
+            for edge in self.graph.out_edges(node_id):
+                self._set(edge, EdgeState.SKIPPED)
+                work.append(edge.target)
+        return ready

@@ -1,0 +1,92 @@
+"""A loaded workflow: the validated graph, ready to run any number of times."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nodes import start
+from runtime.graph import Graph, NodeDef
+from runtime.limits import RunLimits
+
+if TYPE_CHECKING:
+    from nodes.base import ClientProvider
+    from runtime.engine import WorkflowRun
+    from runtime.model_routes import ModelRoutes
+
+
+@dataclass(slots=True)
+class Workflow:
+    name: str
+    mode: str  # "workflow" | "advanced-chat"
+    graph: Graph
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def start_node(self) -> NodeDef:
+        return self.graph.nodes[self.graph.start_id]
+
+    def llm_providers(self) -> set[str]:
+        """Providers of the LLM nodes the run can reach."""
+        return {
+            n.data.model.provider  # type: ignore[attr-defined]
+            for n in self.graph.nodes.values()
+            if n.type == "llm" and n.id in self.graph.reachable
+        }
+
+    def prepare_inputs(
+        self, inputs: Mapping[str, Any], query: str | None = None
+    ) -> tuple[dict[str, Any], str]:
+        """Validated start inputs and sys.query.
+
+        In an advanced-chat flow an input named `query` that the start node
+        does not declare is the user's message (sys.query).
+        """
+        data: start.Data = self.start_node.data  # type: ignore[assignment]
+        values = dict(inputs)
+        declared = start.output_names(data)
+        if (
+            query is None
+            and self.mode == "advanced-chat"
+            and "query" in values
+            and "query" not in declared
+        ):
+            query = str(values.pop("query"))
+        return start.validate_inputs(data, values), query or ""
+
+    def run(
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        query: str | None = None,
+        routes: ModelRoutes | None = None,
+        limits: RunLimits | None = None,
+        max_workers: int = 16,
+        run_id: str | None = None,
+        clients: ClientProvider | None = None,
+    ) -> WorkflowRun:
+        """Start a run; iterate the returned object for events, call `.abort()` to stop it.
+
+        Raises start.InputError for inputs that do not fit the start node and
+        RouteError for a route whose credential variable is unset. `clients`
+        replaces the routes with your own provider of transport clients.
+        """
+        from runtime.engine import WorkflowRun
+        from runtime.model_routes import ModelRoutes, RouteClients
+
+        values, sys_query = self.prepare_inputs(inputs or {}, query)
+        if clients is None:
+            routes = routes or ModelRoutes()
+            routes.check(self.llm_providers())
+            clients = RouteClients(routes)
+        return WorkflowRun(
+            self,
+            values,
+            query=sys_query,
+            clients=clients,
+            limits=limits or RunLimits(),
+            max_workers=max_workers,
+            run_id=run_id or str(uuid.uuid4()),
+        )
