@@ -1,0 +1,152 @@
+"""`firstgate run FLOW.yml --input KEY=VALUE ... [--models M.yaml] [--json] [--locale LOC]`
+and `firstgate validate FLOW.yml`.
+
+Exit codes: 0 succeeded or partially succeeded, 1 failed or aborted, 2 invalid
+input (a bad flow file, models file, or --input). User mistakes never print a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import locales
+from nodes.start import InputError
+from runtime import events as ev
+from runtime.loader import load_workflow
+from runtime.messages import render_error
+from runtime.model_routes import ModelRoutes, RouteError, load_models
+from runtime.problems import DslError
+from runtime.terminal import HumanView, json_line
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+
+
+class BadInputArgError(Exception):
+    message_key = "cli.badInputArg"
+
+    def __init__(self, got: str) -> None:
+        super().__init__(f"--input expects KEY=VALUE, got {got!r}")
+        self.params = {"got": repr(got)}
+
+
+def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
+    inputs: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise BadInputArgError(pair)
+        inputs[key.strip()] = value
+    return inputs
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="firstgate", description="Run Dify-style workflows.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run a workflow and stream its answer")
+    run.add_argument("flow")
+    run.add_argument("--input", "-i", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("--models", metavar="MODELS.yaml", help="where each model provider is served")
+    run.add_argument("--json", action="store_true", help="one JSON object per event per line")
+    run.add_argument("--locale", help="language of messages (default: from LANG)")
+    validate = commands.add_parser("validate", help="check a workflow file and list every problem")
+    validate.add_argument("flow")
+    validate.add_argument("--locale")
+    return parser
+
+
+def _invalid(error: BaseException, locale: str, as_json: bool) -> int:
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "event": "invalid_input",
+                    "node_id": None,
+                    "node_type": None,
+                    "attempt": None,
+                    "elapsed": None,
+                    "data": {"error_type": type(error).__name__, "error_message": str(error)},
+                },
+                ensure_ascii=False,
+            )
+        )
+    else:
+        print(
+            locales.t("cli.invalidInput", locale, error=render_error(error, locale)),
+            file=sys.stderr,
+        )
+    return EXIT_INVALID
+
+
+def cmd_validate(flow: str, locale: str) -> int:
+    try:
+        workflow = load_workflow(flow)
+    except DslError as exc:
+        print(
+            locales.t("cli.invalidFlow", locale, path=flow, count=len(exc.problems)),
+            file=sys.stderr,
+        )
+        for problem in exc.problems:
+            print("  " + problem.render(locale), file=sys.stderr)
+        return EXIT_INVALID
+    print(
+        locales.t(
+            "cli.valid",
+            locale,
+            path=flow,
+            nodes=len(workflow.graph.nodes),
+            edges=len(workflow.graph.edges),
+        )
+    )
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace, locale: str) -> int:
+    try:
+        workflow = load_workflow(args.flow)
+        routes = load_models(args.models) if args.models else ModelRoutes()
+        run = workflow.run(parse_inputs(args.input), routes=routes)
+    except (DslError, InputError, RouteError, BadInputArgError) as exc:
+        if isinstance(exc, DslError) and not args.json:
+            print(
+                locales.t("cli.invalidFlow", locale, path=args.flow, count=len(exc.problems)),
+                file=sys.stderr,
+            )
+            for problem in exc.problems:
+                print("  " + problem.render(locale), file=sys.stderr)
+            return EXIT_INVALID
+        return _invalid(exc, locale, args.json)
+    view = None if args.json else HumanView(locale)
+    final: ev.Event | None = None
+    events = iter(run)
+    while True:
+        try:
+            event = next(events)
+        except StopIteration:
+            break
+        except KeyboardInterrupt:
+            run.abort("interrupted")  # then keep iterating: the run reports how it ended
+            continue
+        if view is None:
+            print(json_line(event), flush=True)
+        else:
+            view.show(event)
+        final = event
+    if isinstance(final, ev.WorkflowSucceeded | ev.WorkflowPartialSucceeded):
+        return EXIT_OK
+    return EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
+    if args.command == "validate":
+        return cmd_validate(args.flow, locale)
+    return cmd_run(args, locale)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

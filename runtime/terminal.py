@@ -1,0 +1,213 @@
+"""What `firstgate run` shows while a run goes: streamed answer text, a
+waiting line on a TTY, retry and error notes, then outputs and run stats."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import locales
+from runtime import events as ev
+from runtime.messages import render_error
+
+
+@dataclass(slots=True)
+class Stats:
+    """Time to first token and token rate of the first LLM node that streamed."""
+
+    attempt_started: dict[str, float] = field(default_factory=dict)
+    first_token_at: dict[str, float] = field(default_factory=dict)
+    ttft: float | None = None
+    rate: float | None = None
+    _chunks: dict[str, int] = field(default_factory=dict)
+
+    def observe(self, event: ev.Event) -> None:
+        if isinstance(event, ev.NodeStarted) and event.node_type == "llm":
+            self.attempt_started[event.node_id] = event.elapsed
+        elif isinstance(event, ev.NodeRetry):
+            self.attempt_started[event.node_id] = event.elapsed
+            self.first_token_at.pop(event.node_id, None)
+            self._chunks[event.node_id] = 0
+        elif isinstance(event, ev.NodeChunk):
+            self.first_token_at.setdefault(event.node_id, event.elapsed)
+            self._chunks[event.node_id] = self._chunks.get(event.node_id, 0) + 1
+        elif isinstance(event, ev.NodeSucceeded) and event.node_type == "llm" and self.ttft is None:
+            first = self.first_token_at.get(event.node_id)
+            if first is None:
+                return
+            self.ttft = first - self.attempt_started.get(event.node_id, 0.0)
+            usage = event.outputs.get("usage") or {}
+            tokens = usage.get("completion_tokens") or self._chunks.get(event.node_id, 0)
+            duration = event.elapsed - first
+            self.rate = tokens / duration if duration > 0 and tokens else None
+
+
+class WaitingLine:
+    """A self-updating status line on stderr while an LLM node waits for its first token."""
+
+    def __init__(self, stream: TextIO, locale: str, enabled: bool) -> None:
+        self.stream = stream
+        self.locale = locale
+        self.enabled = enabled
+        self._since: float | None = None
+        self._note = ""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._shown = False
+        self._thread: threading.Thread | None = None
+
+    def start_waiting(self) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self._since = time.monotonic()
+            self._note = ""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._tick, daemon=True)
+            self._thread.start()
+
+    def note(self, text: str) -> None:
+        with self._lock:
+            self._note = text
+
+    def clear(self) -> None:
+        with self._lock:
+            self._since = None
+            if self._shown:
+                self.stream.write("\r\033[K")
+                self.stream.flush()
+                self._shown = False
+
+    def close(self) -> None:
+        self._stop.set()
+        self.clear()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.2):
+            with self._lock:
+                if self._since is None:
+                    continue
+                line = locales.t(
+                    "cli.waitingFirstToken",
+                    self.locale,
+                    elapsed=f"{time.monotonic() - self._since:.1f}",
+                )
+                if self._note:
+                    line = f"{line}  {self._note}"
+                self.stream.write("\r\033[K" + line)
+                self.stream.flush()
+                self._shown = True
+
+
+class HumanView:
+    def __init__(self, locale: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> None:
+        self.locale = locale
+        self.out = out
+        self.err = err
+        self.stats = Stats()
+        self.waiting = WaitingLine(err, locale, enabled=err.isatty())
+        self._streamed = False
+
+    def show(self, event: ev.Event) -> None:
+        self.stats.observe(event)
+        if isinstance(event, ev.NodeStarted) and event.node_type == "llm":
+            self.waiting.start_waiting()
+        elif isinstance(event, ev.NodeWaiting):
+            self.waiting.note(event.message)
+        elif isinstance(event, ev.NodeChunk):
+            self.waiting.clear()
+        elif isinstance(event, ev.AnswerChunk):
+            self.waiting.clear()
+            self.out.write(event.text)
+            self.out.flush()
+            self._streamed = True
+        elif isinstance(event, ev.NodeRetry):
+            self._note_line(
+                locales.t(
+                    "cli.retrying",
+                    self.locale,
+                    title=event.title or event.node_id,
+                    attempt=event.attempt,
+                    error=render_error(event.error, self.locale, event.error_message),
+                )
+            )
+            self.waiting.start_waiting()
+        elif isinstance(event, ev.NodeException):
+            self._note_line(
+                locales.t(
+                    "cli.nodeException",
+                    self.locale,
+                    title=event.title or event.node_id,
+                    strategy=event.strategy,
+                    error=render_error(event.error, self.locale, event.error_message),
+                )
+            )
+        elif isinstance(event, ev.NodeFailed):
+            self._note_line(
+                locales.t(
+                    "cli.nodeFailed",
+                    self.locale,
+                    title=event.title or event.node_id,
+                    error=render_error(event.error, self.locale, event.error_message),
+                )
+            )
+        elif isinstance(event, ev.NodeSucceeded | ev.NodeException | ev.NodeFailed):
+            self.waiting.clear()
+        elif isinstance(event, ev.TERMINAL_EVENTS):
+            self._summary(event)
+
+    def _note_line(self, text: str) -> None:
+        self.waiting.clear()
+        if self._streamed:
+            self.out.write("\n")
+            self._streamed = False
+        self.err.write(text + "\n")
+        self.err.flush()
+
+    def _summary(self, event: ev.Event) -> None:
+        self.waiting.close()
+        if self._streamed:
+            self.out.write("\n")
+        outputs = getattr(event, "outputs", {})
+        lines = [
+            "",
+            locales.t("cli.outputs", self.locale) + ":",
+            json.dumps(outputs, ensure_ascii=False, indent=2, default=str),
+        ]
+        if self.stats.ttft is not None:
+            lines.append(locales.t("cli.ttft", self.locale, seconds=f"{self.stats.ttft:.2f}"))
+        if self.stats.rate is not None:
+            lines.append(
+                locales.t("cli.tokensPerSecond", self.locale, rate=f"{self.stats.rate:.1f}")
+            )
+        lines.append(status_line(event, self.locale))
+        self.out.write("\n".join(lines) + "\n")
+        self.out.flush()
+
+
+def status_line(event: ev.Event, locale: str) -> str:
+    if isinstance(event, ev.WorkflowSucceeded):
+        return locales.t("cli.status.succeeded", locale)
+    if isinstance(event, ev.WorkflowPartialSucceeded):
+        return locales.t("cli.status.partialSucceeded", locale, num=event.exceptions_count)
+    if isinstance(event, ev.WorkflowAborted):
+        return locales.t("cli.status.aborted", locale, reason=event.reason)
+    assert isinstance(event, ev.WorkflowFailed)
+    return locales.t(
+        "cli.status.failed", locale, error=render_error(event.error, locale, event.error_message)
+    )
+
+
+_ENVELOPE = ("event", "node_id", "node_type", "attempt", "elapsed")
+
+
+def json_line(event: ev.Event) -> str:
+    """One event as one JSON object: envelope fields on top, the rest under `data`."""
+    raw = event.to_dict()
+    line: dict[str, Any] = {key: raw.pop(key, None) for key in _ENVELOPE}
+    line["data"] = raw
+    return json.dumps(line, ensure_ascii=False, default=str)
