@@ -1,6 +1,13 @@
 """Run pytest with gevent's monkey patching applied before anything else imports socket."""
 
-from gevent import monkey
+import contextlib
+
+# httpcore imports trio when it is installed; trio's epoll manager needs
+# select.epoll, which monkey-patching removes. Importing it first is harmless.
+with contextlib.suppress(ImportError):
+    import trio  # noqa: F401
+
+from gevent import monkey  # noqa: E402
 
 monkey.patch_all()
 
@@ -9,4 +16,5 @@ import sys  # noqa: E402
 import pytest  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(pytest.main(sys.argv[1:]))
+    # anyio's pytest plugin would import trio's backends after patching.
+    sys.exit(pytest.main(["-p", "no:anyio", *sys.argv[1:]]))
