@@ -179,7 +179,7 @@ def test_cancel_unblocks_a_blocked_read_and_is_reported_as_cancel(framing: str) 
             try:
                 with first_token_gate() as gate:
                     box["gate"] = gate
-                    for chunk in client.invoke_llm("m", MESSAGES):
+                    for _chunk in client.invoke_llm("m", MESSAGES):
                         box.setdefault("first", time.monotonic())
             except BaseException as exc:  # noqa: BLE001 - recorded for the assertions
                 box["error"] = exc
