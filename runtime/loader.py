@@ -62,6 +62,7 @@ class _Loader:
         self.problems: list[Problem] = []
         # Nodes that failed validation: references to them are not reported twice.
         self.broken: set[str] = set()
+        self.dropped_edges = False
 
     def load(self) -> Workflow:
         try:
@@ -146,6 +147,7 @@ class _Loader:
             for end in missing:
                 self.problems.append(Problem("dsl.edge.missingNode", {"edge": name, "node": end}))
             if missing or edge.source not in nodes or edge.target not in nodes:
+                self.dropped_edges = True
                 continue  # the node itself was reported
             source = nodes[edge.source]
             allowed = source.spec.handles(source.data) | (
@@ -163,6 +165,7 @@ class _Loader:
                         _ref(source),
                     )
                 )
+                self.dropped_edges = True
                 continue
             edges.append(EdgeDef(name, edge.source, edge.target, edge.sourceHandle))
         return edges
@@ -193,8 +196,8 @@ class _Loader:
             for selector in node.spec.selectors(node.data):
                 if selector[0] in self.broken:
                     continue
-                # With broken nodes left out, ancestry is incomplete: don't guess.
-                upstream = None if self.broken else ancestors
+                # With broken nodes or edges left out, ancestry is incomplete: don't guess.
+                upstream = None if self.broken or self.dropped_edges else ancestors
                 problem = _check_selector(selector, node, graph, upstream, env)
                 if problem:
                     self.problems.append(problem)
