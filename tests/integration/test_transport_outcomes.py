@@ -206,3 +206,37 @@ def test_cancel_before_the_request_starts_stops_it() -> None:
             with first_token_gate() as gate:
                 gate.cancel("aborted early")
                 list(client_for(srv).invoke_llm("m", MESSAGES))
+
+
+@pytest.mark.parametrize("framing", ["chunked", "close"])
+def test_transport_turns_eof_after_our_shutdown_into_the_recorded_reason(framing: str) -> None:
+    """The socket-level backstop alone, under plain httpx iteration (no SSE decoder)."""
+    import httpx
+
+    from plugin_daemon_client import GatedTransport
+    from plugin_daemon_client.gate import GateTripped
+
+    with fake.FakeLLMServer([fake.stall_after(1, seconds=10)], framing=framing) as srv:
+        http = httpx.Client(transport=GatedTransport())
+        with first_token_gate() as gate:
+            with http.stream("POST", f"{srv.base_url}/chat/completions", json={}) as response:
+                parts = response.iter_raw()
+                next(parts)
+                threading.Timer(0.2, gate.cancel, args=("stop",)).start()
+                with pytest.raises(GateTripped) as info:
+                    for _ in parts:
+                        pass
+    assert isinstance(info.value.error, E.StreamCancelledError)
+
+
+def test_cancel_after_the_last_token_is_still_a_cancel() -> None:
+    """Everything already buffered: no further socket read happens, the decoder's end check decides."""
+    with fake.FakeLLMServer([fake.tokens(["only"])]) as srv:
+        with first_token_gate() as gate:
+            stream = client_for(srv).invoke_llm("m", MESSAGES)
+            first = next(stream)
+            assert first.text == "only"
+            time.sleep(0.2)  # the finish frame and [DONE] are in the buffer by now
+            gate.cancel("too late to matter?")
+            with pytest.raises(E.StreamCancelledError):
+                list(stream)
