@@ -1,0 +1,320 @@
+"""The engine with in-process fake clients: scheduling, joins, skips, limits, contexts."""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from plugin_daemon_client import LLMChunk, current_gate
+from runtime import RunLimits, load_workflow
+from runtime import events as ev
+from runtime.graph import EdgeDef
+from runtime.scheduler import NodeState, Scheduler
+
+Reply = Callable[[list[dict[str, Any]]], Iterator[LLMChunk]]
+
+
+class FakeClients:
+    """Each call pops the next reply (the last one repeats)."""
+
+    def __init__(self, *replies: Reply) -> None:
+        self.replies = list(replies)
+        self.calls: list[list[dict[str, Any]]] = []
+
+    def client_for(self, provider: str) -> FakeClients:
+        return self
+
+    def invoke_llm(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        parameters: dict[str, Any],
+        stop: Any = None,
+    ) -> Iterator[LLMChunk]:
+        self.calls.append(messages)
+        reply = self.replies[min(len(self.calls), len(self.replies)) - 1]
+        return reply(messages)
+
+
+def says(*texts: str, delay: float = 0.0) -> Reply:
+    def reply(messages: list[dict[str, Any]]) -> Iterator[LLMChunk]:
+        for text in texts:
+            if delay:
+                time.sleep(delay)
+            yield LLMChunk(text=text)
+
+    return reply
+
+
+def fails(exc: Exception) -> Reply:
+    def reply(messages: list[dict[str, Any]]) -> Iterator[LLMChunk]:
+        raise exc
+        yield  # pragma: no cover
+
+    return reply
+
+
+def node(node_id: str, node_type: str, **data: Any) -> dict[str, Any]:
+    return {"id": node_id, "data": {"type": node_type, "title": node_id, **data}}
+
+
+def llm(node_id: str, text: str = "{{#start.q#}}", **data: Any) -> dict[str, Any]:
+    return node(
+        node_id,
+        "llm",
+        model={"provider": "p", "name": "m"},
+        prompt_template=[{"role": "user", "text": text}],
+        **data,
+    )
+
+
+def edge(source: str, target: str, handle: str = "source") -> dict[str, Any]:
+    return {"source": source, "target": target, "sourceHandle": handle}
+
+
+def doc(
+    nodes: list[dict[str, Any]], edges: list[dict[str, Any]], mode: str = "workflow"
+) -> dict[str, Any]:
+    start = node("start", "start", variables=[{"variable": "q", "type": "text-input"}])
+    return {
+        "kind": "app",
+        "app": {"mode": mode},
+        "workflow": {"graph": {"nodes": [start, *nodes], "edges": edges}},
+    }
+
+
+def run(
+    document: dict[str, Any], clients: FakeClients, inputs: dict[str, Any] | None = None, **kw: Any
+) -> list[ev.Event]:
+    return list(load_workflow(document).run(inputs or {"q": "hi"}, clients=clients, **kw))
+
+
+def started(events: list[ev.Event]) -> list[str]:
+    return [e.node_id for e in events if isinstance(e, ev.NodeStarted)]
+
+
+BRANCHY = doc(
+    [
+        node(
+            "branch",
+            "if-else",
+            cases=[
+                {
+                    "case_id": "yes",
+                    "conditions": [
+                        {
+                            "variable_selector": ["start", "q"],
+                            "comparison_operator": "is",
+                            "value": "yes",
+                        }
+                    ],
+                }
+            ],
+        ),
+        node("t_yes", "template-transform", template="Y"),
+        node("t_no", "template-transform", template="N"),
+        node("after_no", "template-transform", template="N2"),
+        node(
+            "join", "variable-aggregator", variables=[["t_yes", "output"], ["after_no", "output"]]
+        ),
+        node("end", "end", outputs=[{"variable": "out", "value_selector": ["join", "output"]}]),
+    ],
+    [
+        edge("start", "branch"),
+        edge("branch", "t_yes", "yes"),
+        edge("branch", "t_no", "false"),
+        edge("t_no", "after_no"),
+        edge("t_yes", "join"),
+        edge("after_no", "join"),
+        edge("join", "end"),
+    ],
+)
+
+
+def test_if_else_branch_taken_and_the_other_skipped_all_the_way_to_the_join() -> None:
+    yes = run(BRANCHY, FakeClients(), {"q": "yes"})
+    assert started(yes) == ["start", "branch", "t_yes", "join", "end"]
+    assert yes[-1].outputs == {"out": "Y"}
+    no = run(BRANCHY, FakeClients(), {"q": "no"})
+    assert started(no) == ["start", "branch", "t_no", "after_no", "join", "end"]
+    assert no[-1].outputs == {"out": "N2"}
+
+
+def test_scheduler_join_waits_for_every_taken_branch() -> None:
+    workflow = load_workflow(BRANCHY)
+    scheduler = Scheduler(workflow.graph)
+    assert scheduler.complete("start", None) == ["branch"]
+    assert scheduler.complete("branch", {"false"}) == ["t_no"]
+    assert scheduler.node_state("t_yes") is NodeState.SKIPPED
+    assert scheduler.complete("t_no", None) == ["after_no"]
+    assert scheduler.node_state("join") is NodeState.PENDING  # after_no is still running
+    assert scheduler.complete("after_no", None) == ["join"]
+
+
+def test_a_node_whose_every_input_was_skipped_is_skipped_and_so_is_what_it_feeds() -> None:
+    workflow = load_workflow(BRANCHY)
+    scheduler = Scheduler(workflow.graph)
+    scheduler.complete("start", None)
+    scheduler.complete("branch", {"yes"})
+    assert scheduler.node_state("t_no") is NodeState.SKIPPED
+    assert scheduler.node_state("after_no") is NodeState.SKIPPED
+    edges: list[EdgeDef] = workflow.graph.in_edges("join")
+    assert [scheduler.edge_state(e).value for e in edges] == ["pending", "skipped"]
+
+
+def test_fail_branch_selects_only_the_fail_edges() -> None:
+    document = doc(
+        [
+            llm("l", error_strategy="fail-branch"),
+            node("ok", "end", outputs=[{"variable": "t", "value_selector": ["l", "text"]}]),
+            node("bad", "end", outputs=[{"variable": "e", "value_selector": ["l", "error_type"]}]),
+        ],
+        [edge("start", "l"), edge("l", "ok"), edge("l", "bad", "fail-branch")],
+    )
+    failing = run(document, FakeClients(fails(ValueError("x"))))
+    assert started(failing) == ["start", "l", "bad"]
+    assert failing[-1].outputs == {"e": "ValueError"}
+    fine = run(document, FakeClients(says("hi")))
+    assert started(fine) == ["start", "l", "ok"]
+    assert isinstance(fine[-1], ev.WorkflowSucceeded)
+
+
+def test_older_success_branch_handle_is_the_success_edge() -> None:
+    document = doc(
+        [llm("l", error_strategy="fail-branch"), node("ok", "end", outputs=[])],
+        [edge("start", "l"), edge("l", "ok", "success-branch")],
+    )
+    assert started(run(document, FakeClients(says("hi")))) == ["start", "l", "ok"]
+
+
+def test_retry_sleeps_the_interval_between_attempts() -> None:
+    document = doc(
+        [llm("l", retry_config={"retry_enabled": True, "max_retries": 1, "retry_interval": 300})],
+        [edge("start", "l")],
+    )
+    clients = FakeClients(fails(RuntimeError("once")), says("ok"))
+    events = run(document, clients)
+    (retry,) = [e for e in events if isinstance(e, ev.NodeRetry)]
+    chunk = next(e for e in events if isinstance(e, ev.NodeChunk))
+    assert chunk.elapsed - retry.elapsed >= 0.28
+    assert retry.retry_interval_ms == 300 and retry.error_type == "RuntimeError"
+    assert chunk.attempt == 2
+
+
+def test_retry_disabled_means_one_attempt() -> None:
+    document = doc(
+        [llm("l", retry_config={"retry_enabled": False, "max_retries": 3})], [edge("start", "l")]
+    )
+    clients = FakeClients(fails(RuntimeError("no")))
+    events = run(document, clients)
+    assert len(clients.calls) == 1
+    assert isinstance(events[-1], ev.WorkflowFailed)
+
+
+LEAK: contextvars.ContextVar[int | None] = contextvars.ContextVar("leak", default=None)
+
+
+def test_each_attempt_runs_in_its_own_context_and_sees_its_gate() -> None:
+    seen: list[tuple[Any, Any]] = []
+
+    def reply(messages: list[dict[str, Any]]) -> Iterator[LLMChunk]:
+        seen.append((LEAK.get(), current_gate()))
+        LEAK.set(len(seen))
+        if len(seen) < 3:
+            raise RuntimeError("again")
+        yield LLMChunk(text="done")
+
+    document = doc(
+        [llm("l", retry_config={"retry_enabled": True, "max_retries": 2, "retry_interval": 0})],
+        [edge("start", "l")],
+    )
+    events = run(document, FakeClients(reply))
+    assert isinstance(events[-1], ev.WorkflowSucceeded)
+    assert [leak for leak, _ in seen] == [None, None, None]  # nothing leaks across attempts
+    gates = [gate for _, gate in seen]
+    assert all(g is not None for g in gates) and len({id(g) for g in gates}) == 3
+
+
+def test_max_steps() -> None:
+    document = doc(
+        [
+            node("a", "template-transform", template="a"),
+            node("b", "template-transform", template="b"),
+        ],
+        [edge("start", "a"), edge("a", "b")],
+    )
+    events = run(document, FakeClients(), limits=RunLimits(max_steps=2))
+    assert started(events) == ["start", "a"]
+    final = events[-1]
+    assert (
+        isinstance(final, ev.WorkflowFailed) and "limit of 2 node executions" in final.error_message
+    )
+
+
+def test_answer_does_not_stream_past_an_undecided_branch() -> None:
+    document = doc(
+        [
+            llm("l"),
+            node(
+                "branch",
+                "if-else",
+                cases=[
+                    {
+                        "case_id": "yes",
+                        "conditions": [
+                            {
+                                "variable_selector": ["l", "text"],
+                                "comparison_operator": "contains",
+                                "value": "yes",
+                            }
+                        ],
+                    }
+                ],
+            ),
+            node("a", "answer", answer="said: {{#l.text#}}"),
+        ],
+        [edge("start", "l"), edge("l", "branch"), edge("branch", "a", "yes")],
+        mode="advanced-chat",
+    )
+    events = run(document, FakeClients(says("no", " way")))
+    assert not [e for e in events if isinstance(e, ev.AnswerChunk)]
+    events = run(document, FakeClients(says("yes", "!")))
+    branch_done = next(
+        i for i, e in enumerate(events) if isinstance(e, ev.NodeSucceeded) and e.node_id == "branch"
+    )
+    chunks = [(i, e.text) for i, e in enumerate(events) if isinstance(e, ev.AnswerChunk)]
+    assert "".join(t for _, t in chunks) == "said: yes!"
+    assert all(i > branch_done for i, _ in chunks)
+
+
+def test_answer_chunks_keep_template_order_across_parallel_llms() -> None:
+    document = doc(
+        [
+            llm("slow", text="slow"),
+            llm("fast", text="fast"),
+            node("a", "answer", answer="[{{#slow.text#}}|{{#fast.text#}}]"),
+        ],
+        [edge("start", "slow"), edge("start", "fast"), edge("slow", "a"), edge("fast", "a")],
+        mode="advanced-chat",
+    )
+
+    def by_prompt(messages: list[dict[str, Any]]) -> Iterator[LLMChunk]:
+        if messages[-1]["content"] == "slow":
+            return says("s1", "s2", delay=0.1)(messages)
+        return says("f1", "f2")(messages)
+
+    events = run(document, FakeClients(by_prompt))
+    text = "".join(e.text for e in events if isinstance(e, ev.AnswerChunk))
+    assert text == "[s1s2|f1f2]"
+    assert events[-1].outputs == {"answer": "[s1s2|f1f2]"}
+    # The fast branch finished first, yet its text waited for the slow one's.
+    fast_done = next(
+        i for i, e in enumerate(events) if isinstance(e, ev.NodeSucceeded) and e.node_id == "fast"
+    )
+    first_chunk = next(
+        i for i, e in enumerate(events) if isinstance(e, ev.AnswerChunk) and e.text == "s1"
+    )
+    assert fast_done < first_chunk
