@@ -291,7 +291,7 @@ class LlamaServer:
         port: int | None = None,
         ctx_size: int | None = None,
         parallel: int | None = None,
-        sse_ping_interval: float | None = None,
+        sse_ping_interval: int | None = None,
         extra_args: Sequence[str] = (),
         start_timeout: float = 60.0,
         stop_grace: float = 5.0,
@@ -366,7 +366,7 @@ class LlamaServer:
         if self.parallel is not None:
             cmd += ["--parallel", str(self.parallel)]
         if self.sse_ping_interval is not None:
-            cmd += ["--sse-ping-interval", f"{self.sse_ping_interval:g}"]
+            cmd += ["--sse-ping-interval", str(self.sse_ping_interval)]
         return cmd + self.extra_args
 
     def start(self) -> Self:

@@ -27,7 +27,7 @@ _E2E_DIR = Path(__file__).resolve().parent
 
 E2E_CTX_SIZE = 4096
 E2E_PARALLEL = 2
-E2E_SSE_PING_INTERVAL = 1.0
+E2E_SSE_PING_INTERVAL = 1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
