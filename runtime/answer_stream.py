@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nodes.base import FAIL_HANDLE, SUCCESS_HANDLE, to_text
+from nodes.base import SUCCESS_HANDLE, to_text
 from nodes.selectors import Segment, TextSegment, VariableSegment, parse_template
 from runtime.graph import Graph
 from runtime.scheduler import EdgeState, NodeState, Scheduler
@@ -158,10 +158,9 @@ class AnswerStreamer:
             if edge_state is EdgeState.TAKEN:
                 result = True
             elif edge_state is EdgeState.PENDING and edge.handle == SUCCESS_HANDLE:
-                # Success edges of a node that is sure to run are taken when it succeeds,
-                # unless it chooses among handles (if-else) rather than succeed/fail.
-                handles = {e.handle for e in self.graph.out_edges(edge.source)} - {FAIL_HANDLE}
-                if handles == {SUCCESS_HANDLE} and self._will_run(edge.source, memo):
+                # A success edge of a node sure to run is taken when that node succeeds;
+                # an if-else's case edges are not success edges, so they wait for its choice.
+                if self._will_run(edge.source, memo):
                     result = True
             if result:
                 break

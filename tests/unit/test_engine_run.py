@@ -318,3 +318,28 @@ def test_answer_chunks_keep_template_order_across_parallel_llms() -> None:
         i for i, e in enumerate(events) if isinstance(e, ev.AnswerChunk) and e.text == "s1"
     )
     assert fast_done < first_chunk
+
+
+def test_chunks_that_arrive_before_their_turn_are_buffered_not_lost() -> None:
+    document = doc(
+        [
+            llm("first", text="first"),
+            llm("second", text="second"),
+            node("a", "answer", answer="{{#first.text#}}|{{#second.text#}}"),
+        ],
+        [edge("start", "first"), edge("start", "second"), edge("first", "a"), edge("second", "a")],
+        mode="advanced-chat",
+    )
+
+    def reply(messages: list[dict[str, Any]]) -> Iterator[LLMChunk]:
+        if messages[-1]["content"] == "first":
+            return says("a1", "a2", delay=0.1)(messages)
+        return says("b1", "b2", "b3", delay=0.15)(
+            messages
+        )  # b1 arrives while "first" still streams
+
+    events = run(document, FakeClients(reply))
+    pieces = [e for e in events if isinstance(e, ev.AnswerChunk)]
+    assert "".join(p.text for p in pieces) == "a1a2|b1b2b3"
+    assert [p.text for p in pieces if p.from_node_id == "second"] == ["b1", "b2", "b3"]
+    assert all(p.attempt == 1 for p in pieces if p.from_node_id)
