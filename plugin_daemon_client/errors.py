@@ -354,3 +354,70 @@ def map_transport_exception(
     ):
         return ConnectionLostError(progress=progress, detail=detail)
     return None
+
+
+# --- first-token budget settings and fallback chains (issue 5) ---------------
+
+
+class BudgetConfigError(GateConfigError):
+    """A first-token budget setting (environment variable or models-file key) that is
+    not a number of seconds >= 0, "auto" or empty. Never replaced by a silent default."""
+
+    message_key = "errors.config.invalidBudget"
+
+
+class CeilingConfigError(GateConfigError):
+    """A first-token ceiling setting that is not a positive number of seconds."""
+
+    message_key = "errors.config.invalidCeiling"
+
+
+class FallbackConfigError(GateConfigError):
+    """A fallback setting in milliseconds that is not a number."""
+
+    message_key = "errors.config.invalidMilliseconds"
+
+
+ATTEMPT_CAP = "attempt_cap"
+
+
+class AttemptCapError(StreamTimeoutError):
+    """A fallback chain stopped this attempt at its per-attempt cap (through the gate),
+    so that the next target can be tried."""
+
+    deadline = ATTEMPT_CAP
+    message_key = "errors.fallback.attemptCap"
+
+
+class FallbackExhaustedError(FirstGateError):
+    """Every fallback target that could be tried failed with a transient error.
+
+    `attempts` lists (target, error) in order; `last_error` is the last one and is
+    also the `__cause__`. `transient` follows the last error.
+    """
+
+    message_key = "errors.fallback.exhausted"
+
+    def __init__(
+        self,
+        message_key: str | None = None,
+        *,
+        attempts: list[tuple[str, FirstGateError]] | None = None,
+        **params: Any,
+    ) -> None:
+        self.attempts = list(attempts or [])
+        self.last_error: FirstGateError | None = self.attempts[-1][1] if self.attempts else None
+        self.transient = self.last_error.transient if self.last_error is not None else True
+        super().__init__(message_key, **params)
+
+
+class FallbackBudgetError(FallbackExhaustedError):
+    """The chain's total budget left less than the floor needed to start an attempt."""
+
+    message_key = "errors.fallback.budget"
+
+
+class NoFallbackTargetError(FallbackExhaustedError):
+    """Every target was skipped (circuit breaker open, same busy host): nothing was tried."""
+
+    message_key = "errors.fallback.noTarget"

@@ -1,0 +1,348 @@
+"""A raw-socket fake of a model server's status endpoints, optionally with a chat endpoint.
+
+`ProbeServer(slots=..., metrics=..., gate=..., chat=...)` listens on 127.0.0.1
+(port 0) and serves each connection in its own thread (so a slow status
+answer never blocks the chat stream, and it works the same under gevent).
+
+- `/slots`, `/metrics`, `/_gate/status` answer according to a `Behaviour`:
+  `busy_then_idle(n)`, `always_busy()`, `always_idle()`, `erroring()` (500),
+  `slow(seconds)` (longer than the probe timeout), `malformed()`,
+  `missing()` (404, also what an endpoint left unset gets) or
+  `redirect(url)` (302 elsewhere).
+- `/metrics` speaks llama.cpp or vLLM (`metrics_flavor`).
+- anything else goes to `chat`, a scenario from `tests.fakes.llm_server`,
+  so a route's chat and its probes share one origin as on a real server.
+
+Every request is recorded (`requests`, `count(path)`), probes included: the
+tests count probe requests at the server.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tests.fakes.llm_server import Conn, RecordedRequest, Scenario, _Stopped
+
+State = Literal["busy", "idle", "error", "slow", "malformed", "missing", "redirect"]
+
+
+@dataclass
+class Behaviour:
+    """What an endpoint answers to its N-th request (0-based)."""
+
+    decide: Callable[[int], State]
+    slow_s: float = 0.0
+    redirect_to: str = ""
+    # For the gate status: which model the active generation is for.
+    other_model: bool = False
+    name: str = ""
+
+    def __repr__(self) -> str:
+        return f"Behaviour({self.name})"
+
+
+def busy_then_idle(busy_answers: int) -> Behaviour:
+    return Behaviour(
+        lambda n: "busy" if n < busy_answers else "idle", name=f"busy_then_idle({busy_answers})"
+    )
+
+
+def always_busy(other_model: bool = False) -> Behaviour:
+    return Behaviour(lambda n: "busy", other_model=other_model, name="always_busy")
+
+
+def always_idle() -> Behaviour:
+    return Behaviour(lambda n: "idle", name="always_idle")
+
+
+def erroring() -> Behaviour:
+    return Behaviour(lambda n: "error", name="erroring")
+
+
+def slow(seconds: float) -> Behaviour:
+    return Behaviour(lambda n: "slow", slow_s=seconds, name=f"slow({seconds})")
+
+
+def malformed() -> Behaviour:
+    return Behaviour(lambda n: "malformed", name="malformed")
+
+
+def missing() -> Behaviour:
+    return Behaviour(lambda n: "missing", name="missing")
+
+
+def redirect(url: str) -> Behaviour:
+    return Behaviour(lambda n: "redirect", redirect_to=url, name="redirect")
+
+
+# --- bodies ------------------------------------------------------------------
+
+
+def slots_body(busy: bool) -> bytes:
+    return json.dumps(
+        [
+            {"id": 0, "is_processing": busy, "n_ctx": 4096, "params": {}},
+            {"id": 1, "is_processing": False, "n_ctx": 4096, "params": {}},
+        ]
+    ).encode()
+
+
+def llamacpp_metrics_body(busy: bool) -> bytes:
+    return (
+        "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+        "# TYPE llamacpp:prompt_tokens_total counter\n"
+        "llamacpp:prompt_tokens_total 1234\n"
+        "# HELP llamacpp:requests_processing Number of requests processing.\n"
+        "# TYPE llamacpp:requests_processing gauge\n"
+        f"llamacpp:requests_processing {1 if busy else 0}\n"
+        "# TYPE llamacpp:requests_deferred gauge\n"
+        "llamacpp:requests_deferred 0\n"
+    ).encode()
+
+
+def vllm_metrics_body(busy: bool) -> bytes:
+    label = '{model_name="Qwen/Qwen2.5 7B"}'
+    return (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running{label} 0.0\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f"vllm:num_requests_waiting{label} {1.0 if busy else 0.0}\n"
+        "# TYPE vllm:gpu_cache_usage_perc gauge\n"
+        f"vllm:gpu_cache_usage_perc{label} 0.25\n"
+    ).encode()
+
+
+def gate_body(busy: bool, other_model: bool) -> bytes:
+    generations = (
+        [
+            {
+                "id": "gen-1",
+                "model": "other-model" if other_model else "our-model",
+                "path": "/v1/chat/completions",
+                "client_host": "10.0.0.7",
+                "started_at": time.time() - 12.5,
+                "age_s": 12.5,
+            }
+        ]
+        if busy
+        else []
+    )
+    return json.dumps(
+        {"active_generation_count": len(generations), "active_generations": generations}
+    ).encode()
+
+
+MALFORMED: dict[str, bytes] = {
+    "/slots": b'{"slots": "not a list"}',
+    "/metrics": b"<html>metrics are disabled</html>",
+    "/_gate/status": b'{"active_generation_count": "many"}',
+}
+
+
+# --- the server ----------------------------------------------------------------
+
+
+@dataclass
+class _Endpoint:
+    behaviour: Behaviour
+    served: int = 0
+
+
+@dataclass
+class ProbeServer:
+    slots: Behaviour | None = None
+    metrics: Behaviour | None = None
+    gate: Behaviour | None = None
+    chat: Scenario | None = None
+    metrics_flavor: Literal["llama.cpp", "vllm"] = "llama.cpp"
+    framing: str = "chunked"
+    requests: list[RecordedRequest] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._endpoints: dict[str, _Endpoint] = {}
+        for path, behaviour in (
+            ("/slots", self.slots),
+            ("/metrics", self.metrics),
+            ("/_gate/status", self.gate),
+        ):
+            if behaviour is not None:
+                self._endpoints[path] = _Endpoint(behaviour)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self.port: int = self._listener.getsockname()[1]
+        self._conns: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._acceptor = threading.Thread(target=self._accept_loop, daemon=True)
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    def count(self, path: str) -> int:
+        with self._lock:
+            return sum(1 for r in self.requests if r.path.split("?")[0] == path)
+
+    def probe_requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path.split("?")[0] in _STATUS_PATHS]
+
+    def __enter__(self) -> ProbeServer:
+        self._acceptor.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+        with self._lock:
+            conns = list(self._conns)
+        for sock in conns:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._acceptor.join(timeout=2)
+        for thread in self._threads:
+            thread.join(timeout=2)
+
+    def _accept_loop(self) -> None:
+        self._listener.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            sock.settimeout(None)
+            with self._lock:
+                self._conns.append(sock)
+            thread = threading.Thread(target=self._serve, args=(sock,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        try:
+            request = _read_request(sock)
+            if request is None:
+                return
+            with self._lock:
+                self.requests.append(request)
+            conn = Conn(sock, request, self.framing, self._stop)
+            path = request.path.split("?")[0]
+            if path in _STATUS_PATHS:
+                self._status(conn, path)
+            elif self.chat is not None:
+                self.chat(conn)
+            else:
+                _plain(conn, 404, "text/plain", b"not found")
+        except (_Stopped, OSError):
+            pass
+        except BaseException as exc:  # surfaced to tests through .errors
+            self.errors.append(exc)
+        finally:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _status(self, conn: Conn, path: str) -> None:
+        with self._lock:
+            endpoint = self._endpoints.get(path)
+            if endpoint is None:
+                state: State = "missing"
+                behaviour = missing()
+            else:
+                behaviour = endpoint.behaviour
+                state = behaviour.decide(endpoint.served)
+                endpoint.served += 1
+        if state == "missing":
+            _plain(conn, 404, "text/plain", b"File Not Found")
+        elif state == "error":
+            _plain(conn, 500, "application/json", b'{"error": "internal"}')
+        elif state == "redirect":
+            _plain(conn, 302, "text/plain", b"", {"Location": behaviour.redirect_to + path})
+        elif state == "malformed":
+            _plain(conn, 200, "application/json", MALFORMED[path])
+        elif state == "slow":
+            conn.sleep(behaviour.slow_s)
+            _plain(conn, 200, "application/json", self._body(path, True, behaviour))
+        else:
+            _plain(conn, 200, _content_type(path), self._body(path, state == "busy", behaviour))
+
+    def _body(self, path: str, busy: bool, behaviour: Behaviour) -> bytes:
+        if path == "/slots":
+            return slots_body(busy)
+        if path == "/metrics":
+            return (
+                vllm_metrics_body(busy)
+                if self.metrics_flavor == "vllm"
+                else llamacpp_metrics_body(busy)
+            )
+        return gate_body(busy, behaviour.other_model)
+
+
+_STATUS_PATHS = ("/slots", "/metrics", "/_gate/status")
+
+
+def _content_type(path: str) -> str:
+    return "text/plain; version=0.0.4" if path == "/metrics" else "application/json"
+
+
+def _plain(
+    conn: Conn, status: int, content_type: str, body: bytes, extra: dict[str, str] | None = None
+) -> None:
+    reason = {200: "OK", 302: "Found", 404: "Not Found", 500: "Internal Server Error"}[status]
+    lines = [
+        f"HTTP/1.1 {status} {reason}",
+        f"Content-Type: {content_type}",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+        *(f"{k}: {v}" for k, v in (extra or {}).items()),
+    ]
+    conn.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+    conn.close()
+
+
+def _read_request(sock: socket.socket) -> RecordedRequest | None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(":")
+        headers[key.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return RecordedRequest(method, path, headers, body)
