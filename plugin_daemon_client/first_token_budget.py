@@ -238,9 +238,7 @@ def resolve_first_token_budget(
         # The node's field follows the gate's rule (0, negative, NaN or
         # infinite disable the deadline; not a number is an error).
         node_s = coerce_budget("first_token_timeout", node_value)
-        return ResolvedBudget(
-            node_s, ceiling.value, "node", ceiling.source, prompt_tokens, formula
-        )
+        return ResolvedBudget(node_s, ceiling.value, "node", ceiling.source, prompt_tokens, formula)
     pinned = _first(
         [
             ("env", ENV_TIMEOUT, env.get(ENV_TIMEOUT)),
