@@ -258,7 +258,7 @@ class LLMClient:
             )
         try:
             doc: object = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             doc = body
         return openai_compatible.error_from_body(
             response.status_code, doc, secrets=self._secrets, retry_after_s=retry_after

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -18,9 +19,10 @@ class Usage:
 
         def num(key: str) -> int:
             value = raw.get(key)
-            return (
-                int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
-            )
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return 0
+            # JSON allows NaN, Infinity and 1e999; int() of those raises.
+            return int(value) if math.isfinite(value) else 0
 
         return cls(num("prompt_tokens"), num("completion_tokens"), num("total_tokens"))
 

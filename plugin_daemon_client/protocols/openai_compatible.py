@@ -38,7 +38,7 @@ def decode(payload: bytes) -> Frame:
         return DONE
     try:
         doc = json.loads(payload)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise FrameError("not JSON", payload) from exc
     if not isinstance(doc, dict):
         raise FrameError("not a JSON object", payload)
@@ -50,6 +50,8 @@ def decode(payload: bytes) -> Frame:
         if choices is None and usage is None and "timings" not in doc:
             raise FrameError("no choices", payload)
         return Frame(usage=usage)
+    if not isinstance(choices, list):
+        raise FrameError("choices is not a list", payload)
     choice = choices[0]
     if not isinstance(choice, dict):
         raise FrameError("choice is not an object", payload)

@@ -74,7 +74,7 @@ def _text_of(content: object) -> str:
 def decode(payload: bytes, secrets: tuple[str, ...] = ()) -> Frame:
     try:
         envelope = json.loads(payload)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise FrameError("not JSON", payload) from exc
     if not isinstance(envelope, dict) or "code" not in envelope:
         raise FrameError("not a plugin daemon envelope", payload)
@@ -104,7 +104,7 @@ def daemon_error(message: object, secrets: tuple[str, ...] = ()) -> InvokeError:
     for _ in range(2):  # daemon error -> plugin invoke error -> provider's invoke error
         try:
             inner = json.loads(detail)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             break
         if not isinstance(inner, dict) or "error_type" not in inner:
             break
@@ -121,7 +121,7 @@ def error_from_status(
 ) -> InvokeError:
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         doc = None
     if isinstance(doc, dict) and "code" in doc and isinstance(doc.get("message"), str):
         err = daemon_error(doc["message"], secrets)

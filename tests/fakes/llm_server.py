@@ -466,3 +466,140 @@ class FakeLLMServer:
                 sock.close()
             except OSError:
                 pass
+
+
+# --- hostile backends (appended for the reliability suite) ---------------------
+
+# What each chaos kind does, and the typed error a client must report for it
+# (None: the reply is complete and correct). `stall` is how long a stalling
+# kind holds the connection; `frame_limit` is the client's max line length.
+CHAOS_EXPECTED: dict[str, str | None] = {
+    "ok": None,
+    "ok_after_pings": None,
+    "withhold_headers": "FirstTokenTimeoutError",
+    "headers_then_silence": "FirstTokenTimeoutError",
+    "pings_forever": "FirstTokenTimeoutError",
+    "role_then_stall": "FirstTokenTimeoutError",
+    "stall_mid_reply": "IdleTimeoutError",
+    "trickle_forever": "StreamTotalTimeoutError",
+    "reset_before_headers": "ConnectionLostError",
+    "reset_mid_reply": "ConnectionLostError",
+    "close_before_token": "EmptyResponseError",
+    "malformed_frame": "MalformedFrameError",
+    "oversized_frame": "FrameTooLargeError",
+    "not_sse": "UnexpectedContentTypeError",
+    "http_429_retry_after": "RateLimitError",
+    "http_429": "RateLimitError",
+    "http_500": "InvokeServerError",
+    "http_503_retry_after": "ServerUnavailableError",
+    "echo_credentials_401": "AuthorizationError",
+    "echo_credentials_frame": "MalformedFrameError",
+}
+CHAOS_KINDS: tuple[str, ...] = tuple(CHAOS_EXPECTED)
+
+
+def _credentials_of(request: RecordedRequest) -> str:
+    """Everything that looks like a credential in the request: a hostile echo."""
+    found = [
+        request.headers.get("authorization", ""),
+        request.headers.get("x-api-key", ""),
+    ]
+    return " ".join(value for value in found if value)
+
+
+def echo_credentials(status: int = 401) -> Scenario:
+    """An error body quoting the request's credentials back (a careless proxy)."""
+
+    def run(conn: Conn) -> None:
+        body = {"error": {"message": f"bad key: {_credentials_of(conn.request)}", "code": status}}
+        http_error(status, body)(conn)
+
+    return run
+
+
+def echo_credentials_in_frame() -> Scenario:
+    """A broken frame that quotes the request's credentials."""
+
+    def run(conn: Conn) -> None:
+        conn.send_headers()
+        conn.send(b"data: {broken " + _credentials_of(conn.request).encode() + b"\n\n")
+        conn.end()
+
+    return run
+
+
+def chaos_scenario(kind: str, *, stall: float = 2.0, frame_limit: int = 1 << 20) -> Scenario:
+    """The scenario for one chaos kind (see CHAOS_EXPECTED)."""
+    table: dict[str, Callable[[], Scenario]] = {
+        "ok": lambda: tokens(["a", "b", "c"]),
+        "ok_after_pings": lambda: pings(0.02, duration=0.05, then_tokens=["p", "q"]),
+        "withhold_headers": lambda: withhold_headers(stall),
+        "headers_then_silence": lambda: headers_then_silence(stall),
+        "pings_forever": lambda: pings(0.03, duration=stall),
+        "role_then_stall": lambda: role_then_stall(stall),
+        "stall_mid_reply": lambda: stall_after(2, seconds=stall),
+        "trickle_forever": lambda: trickle(0.03, duration=stall),
+        "reset_before_headers": lambda: reset(0),
+        "reset_mid_reply": lambda: reset(after_tokens=2),
+        "close_before_token": lambda: close_before_token(),
+        "malformed_frame": lambda: malformed_json(),
+        "oversized_frame": lambda: oversized_line(frame_limit + 16),
+        "not_sse": lambda: not_sse(),
+        "http_429_retry_after": lambda: http_error(429, headers={"Retry-After": "1"}),
+        "http_429": lambda: http_error(429),
+        "http_500": lambda: http_error(500),
+        "http_503_retry_after": lambda: http_error(503, headers={"Retry-After": "2"}),
+        "echo_credentials_401": lambda: echo_credentials(401),
+        "echo_credentials_frame": echo_credentials_in_frame,
+    }
+    return table[kind]()
+
+
+class Chaos:
+    """A seeded random hostile backend.
+
+    Requests are grouped by `key(request)` (default: the request body, so the
+    attempts of one workflow run that sends a unique prompt form one group);
+    the n-th request of a group gets a kind drawn from
+    `random.Random(f"{seed}:{key}:{n}")`, so the picks do not depend on thread
+    scheduling. `picks[key]` lists the kinds served to that group, in order.
+    """
+
+    def __init__(
+        self,
+        seed: int,
+        kinds: Sequence[str] = CHAOS_KINDS,
+        *,
+        weights: Sequence[float] | None = None,
+        key: Callable[[RecordedRequest], str] | None = None,
+        stall: float = 2.0,
+        frame_limit: int = 1 << 20,
+    ) -> None:
+        self.seed = seed
+        self.kinds = list(kinds)
+        self.weights = list(weights) if weights is not None else None
+        self.key = key or (lambda request: request.body.decode("utf-8", "replace"))
+        self.stall = stall
+        self.frame_limit = frame_limit
+        self.picks: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, conn: Conn) -> None:
+        import random
+
+        group = self.key(conn.request)
+        with self._lock:
+            served = self.picks.setdefault(group, [])
+            rng = random.Random(f"{self.seed}:{group}:{len(served)}")
+            kind = rng.choices(self.kinds, weights=self.weights)[0]
+            served.append(kind)
+        chaos_scenario(kind, stall=self.stall, frame_limit=self.frame_limit)(conn)
+
+
+def routed(choose: Callable[[RecordedRequest], Scenario]) -> Scenario:
+    """Pick the scenario from the request itself (e.g. a marker in the prompt)."""
+
+    def run(conn: Conn) -> None:
+        choose(conn.request)(conn)
+
+    return run
