@@ -407,7 +407,10 @@ class FallbackChain(Generic[T]):
         skips: list[str] = []
         total = self.policy.total_budget_ms
         for target in self.targets:
-            remaining = None if total is None else total - (self._clock() - start) * 1000.0
+            # Rounded to the microsecond: float noise must not decide the floor.
+            remaining = (
+                None if total is None else round(total - (self._clock() - start) * 1000.0, 3)
+            )
             if remaining is not None and remaining < self.policy.floor_ms:
                 self._budget_stop(target, remaining, total or 0.0, failed)
             skip = self._skip_reason(target, failed)
