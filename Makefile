@@ -8,7 +8,6 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install -e '.[test,local]'
 	touch $(STAMP)
 
@@ -21,7 +20,7 @@ demo: model
 	$(BIN)/firstgate run examples/chat.yml --input query="Name three colours of the rainbow."
 
 test-threads: model
-	$(BIN)/python -m pytest -q tests
+	FIRSTGATE_E2E_REQUIRED=1 $(BIN)/python -m pytest -q tests
 
 test-gevent: model
 	FIRSTGATE_GEVENT=1 $(BIN)/python tests/run_gevent.py -q tests/integration
