@@ -53,6 +53,16 @@ def test_continuous_and_never_decreasing(n: int) -> None:
     assert 0.0 <= step <= DEFAULT.per_1k_s / 1000 + 1e-9
 
 
+def test_no_step_at_any_context_size_up_to_past_the_ceiling() -> None:
+    """Every n, not a sample: a step hidden at one context size must not survive."""
+    limit = DEFAULT.per_1k_s / 1000 + 1e-9
+    previous = DEFAULT.budget(0)
+    for n in range(1, 400_001):  # the default line meets the ceiling at 360,000
+        current = DEFAULT.budget(n)
+        assert 0.0 <= current - previous <= limit, n
+        previous = current
+
+
 @given(st.integers(min_value=0, max_value=2_000_000))
 def test_never_below_the_step_schedule_it_replaces(n: int) -> None:
     assert DEFAULT.budget(n) >= step_budget(n)
