@@ -30,3 +30,6 @@ test: test-threads test-gevent
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+bench: model
+	$(BIN)/python -m bench.run_all

@@ -178,7 +178,17 @@ class LLMClient:
             if response.status_code >= 400:
                 raise self._status_error(response)
             finished = False
+            # Hot path: a plain content token of a known frame shape skips the
+            # full JSON decode (see openai_compatible.decode_token).
+            fast = openai_compatible.TokenDecoder() if self.kind == "openai-compatible" else None
+            note_token = gate.note_token
             for payload in self._payloads(response, gate):
+                if fast is not None:
+                    text = fast(payload)
+                    if text:
+                        note_token(text)  # raises if the gate already ended the stream
+                        yield LLMChunk(text)
+                        continue
                 frame = self._frame(payload, gate)
                 if frame.done:
                     finished = True
@@ -192,12 +202,18 @@ class LLMClient:
     def _payloads(self, response: httpx.Response, gate: Gate) -> Iterator[bytes]:
         content_type = response.headers.get("content-type", "")
         decoder = SSEDecoder(self._max_line)
+        violation: SSEViolation | None = None
         try:
             for raw in response.iter_bytes():
                 yield from decoder.feed(raw)
             yield from decoder.close()
-        except SSEViolation as violation:
-            raise self._violation(violation, content_type, gate) from None
+        except SSEViolation as caught:
+            violation = caught
+        if violation is not None:
+            # Raised outside the except block: the violation quotes raw server
+            # bytes (which may echo a credential) and must not ride along as
+            # the public error's __context__.
+            raise self._violation(violation, content_type, gate)
 
     def _accept(self, frame: Frame, gate: Gate) -> LLMChunk | None:
         if frame.is_token:
@@ -240,10 +256,10 @@ class LLMClient:
         try:
             return self._decode(payload)
         except FrameError as bad:
-            raise MalformedFrameError(
-                progress=self._progress(gate),
-                excerpt=f"{bad.reason}: {errors.excerpt(bad.raw, self._secrets)}",
-            ) from None
+            excerpt = f"{bad.reason}: {errors.excerpt(bad.raw, self._secrets)}"
+        # Raised outside the except block: the FrameError holds the raw payload
+        # (which may echo a credential); only the redacted excerpt goes on.
+        raise MalformedFrameError(progress=self._progress(gate), excerpt=excerpt)
 
     def _status_error(self, response: httpx.Response) -> errors.InvokeError:
         body = b""

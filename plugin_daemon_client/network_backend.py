@@ -13,8 +13,11 @@ Outside a gate, reads are plain httpcore reads.
 
 from __future__ import annotations
 
+import fcntl
 import select
 import socket
+import struct
+import termios
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -34,12 +37,41 @@ def _readable_now(sock: socket.socket | None) -> bool:
     return bool(readable)
 
 
+def _pending_bytes(sock: socket.socket | None) -> int:
+    """Bytes that have already arrived and wait in the kernel (0 if unknown)."""
+    if sock is None:
+        return 0
+    try:
+        raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
+    return max(0, struct.unpack("i", raw)[0])
+
+
 class GatedStream(httpcore.NetworkStream):
     """Wraps a real network stream; every read obeys the current gate."""
 
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
         self._sock: socket.socket | None = inner.get_extra_info("socket")
+        # Past a deadline: (that deadline, bytes that had already arrived when it passed).
+        self._grace: tuple[tuple[float, str], int] | None = None
+
+    def _grace_left(self, deadline: tuple[float, str]) -> int:
+        """How much a slow consumer may still read past `deadline`.
+
+        Exactly what was already waiting when the deadline was first seen to
+        have passed: bytes that arrive later do not postpone the deadline, or a
+        sender faster than its consumer (pings, a trickle) would outrun every
+        deadline, the absolute stream cap included.
+        """
+        if self._grace is not None and self._grace[0] == deadline:
+            return self._grace[1]
+        waiting = _pending_bytes(self._sock)
+        if waiting == 0 and _readable_now(self._sock):
+            waiting = 1  # an EOF or error is waiting: one read reports it as it is
+        self._grace = (deadline, waiting)
+        return waiting
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         gate = current_gate()
@@ -53,19 +85,23 @@ class GatedStream(httpcore.NetworkStream):
             deadline = gate.next_deadline()
             bound = timeout
             gate_binds = False
+            size = max_bytes
+            grace = -1
             if deadline is not None:
                 left = deadline[0] - time.monotonic()
                 if left <= 0:
-                    # A slow consumer is not a stalled server: take what is
-                    # already waiting on the socket before declaring a timeout.
-                    if not _readable_now(self._sock):
+                    # A slow consumer is not a stalled server: take what had
+                    # already arrived before declaring a timeout, and no more.
+                    grace = self._grace_left(deadline)
+                    if grace <= 0:
                         gate.expire(deadline[1])
                         continue
+                    size = min(max_bytes, grace)
                     left = 0.001
                 if timeout is None or left < timeout:
                     bound, gate_binds = left, True
             try:
-                data = self._inner.read(max_bytes, bound)
+                data = self._inner.read(size, bound)
             except httpcore.ReadTimeout:
                 if not gate_binds:
                     raise  # the caller's own httpx read timeout
@@ -78,6 +114,8 @@ class GatedStream(httpcore.NetworkStream):
             # After our own shutdown a read returns b"" (a clean EOF): never let
             # that look like the server ending the stream.
             gate.raise_if_tripped()
+            if grace > 0:
+                self._grace = (deadline, grace - max(len(data), 1))  # type: ignore[assignment]
             gate.note_bytes(len(data))
             return data
 
@@ -117,10 +155,33 @@ class GatedBackend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         gate = current_gate()
-        if gate is not None:
+        if gate is None or not gate.active:
+            return GatedStream(
+                self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+            )
+        gate.raise_if_tripped()
+        # The first-token deadline runs from the request, connect included: a
+        # server whose accept queue is full must not get the connect timeout on top.
+        while True:
+            deadline = gate.next_deadline()
+            bound, gate_binds = timeout, False
+            if deadline is not None:
+                left = deadline[0] - time.monotonic()
+                if left <= 0:
+                    gate.expire(deadline[1])
+                    continue
+                if timeout is None or left < timeout:
+                    bound, gate_binds = left, True
+            try:
+                stream = self._inner.connect_tcp(host, port, bound, local_address, socket_options)
+            except httpcore.ConnectTimeout:
+                if not gate_binds:
+                    raise
+                gate.raise_if_tripped()
+                gate.expire(deadline[1])  # type: ignore[index]
+                continue
             gate.raise_if_tripped()
-        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        return GatedStream(stream)
+            return GatedStream(stream)
 
     def connect_unix_socket(
         self,

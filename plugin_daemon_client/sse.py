@@ -34,12 +34,25 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[bytes]:
         """Consume bytes; return the payloads of the complete `data:` lines."""
         data = self._buffer + chunk if self._buffer else chunk
-        lines = data.split(b"\n")
-        tail = lines.pop()
+        end = data.rfind(b"\n") + 1
+        tail = data[end:]
         if len(tail) > self._max:
             raise SSEViolation("too_large", tail)
         self._buffer = tail
-        return self._payloads(lines)
+        if not end:
+            return []
+        body = data[: end - 1]
+        if b"\r" not in body:
+            # The common case, at C speed: every non-blank line is `data: ...`
+            # and fits the limit. Anything else takes the line-by-line path.
+            lines = list(filter(None, body.split(b"\n")))
+            if not lines:
+                return []
+            if (b"\n" + b"\n".join(lines)).count(b"\ndata: ") == len(lines) and max(
+                map(len, lines)
+            ) <= self._max:
+                return [line[6:] for line in lines]
+        return self._payloads(body.split(b"\n"))
 
     def close(self) -> list[bytes]:
         """The stream ended: a last line without a newline still counts."""

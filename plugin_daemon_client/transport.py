@@ -9,6 +9,7 @@ way httpx maps them, in `_HTTPCORE_TO_HTTPX`; the gate's own signal
 from __future__ import annotations
 
 import contextlib
+import functools
 import ssl
 from collections.abc import Iterator
 
@@ -48,6 +49,17 @@ def _mapped() -> Iterator[None]:
         raise  # not an httpcore error (e.g. GateTripped): pass it on unchanged
 
 
+@functools.cache
+def _shared_ssl_context(verify: bool) -> ssl.SSLContext:
+    """One default context per process: building one loads the CA store (tens of ms),
+    which a workflow run that opens a client per route would otherwise pay every time."""
+    context = ssl.create_default_context()
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 class _GatedResponseStream(httpx.SyncByteStream):
     def __init__(self, inner: httpcore.Response) -> None:
         self._inner = inner
@@ -74,12 +86,8 @@ class GatedTransport(httpx.BaseTransport):
         limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
         if isinstance(verify, ssl.SSLContext):
             ssl_context: ssl.SSLContext | None = verify
-        elif verify:
-            ssl_context = ssl.create_default_context()
         else:
-            ssl_context = ssl.create_default_context()
-            ssl_context.check_hostname = False
-            ssl_context.verify_mode = ssl.CERT_NONE
+            ssl_context = _shared_ssl_context(bool(verify))
         self._pool = httpcore.ConnectionPool(
             ssl_context=ssl_context,
             max_connections=limits.max_connections,

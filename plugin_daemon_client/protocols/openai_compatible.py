@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from json.decoder import scanstring
 from typing import Any
 
 from ..errors import InvokeError, invoke_error_for_status, redact
@@ -33,7 +34,130 @@ def build_request(
     )
 
 
-def decode(payload: bytes) -> Frame:
+# --- the hot path ------------------------------------------------------------
+#
+# A server streams thousands of frames that differ only in the delta's content
+# string. `decode_token` recognises such a frame by its *skeleton* (the payload
+# with the content string token cut out) and decodes only that string token,
+# with the JSON parser's own string scanner. A skeleton is learned from a frame
+# that `decode` fully parsed, and only after a parse of the skeleton with a
+# sentinel string in the content slot proves that the slot is the delta's
+# content and that nothing else in the frame depends on it. Any other payload
+# takes the full path: the fast path never accepts what `decode` would refuse.
+
+_CONTENT_KEY = '"content":"'
+_SENTINEL = "\\u0000firstgate\\u0000"  # a JSON string body no real token carries
+_SENTINEL_VALUE = "\x00firstgate\x00"
+_MAX_SKELETONS = 256
+# skeleton -> where the content token starts; only plain token frames are kept.
+_skeletons: dict[str, int] = {}
+
+
+def _split(payload: bytes) -> tuple[str, int, str] | None:
+    """(skeleton, content token start, content) or None when there is no plain
+    compact `"content":"..."` string token to cut out."""
+    if payload[:1] != b"{":
+        return None
+    try:
+        text = payload.decode("utf-8", "surrogatepass")  # what json.loads does for bytes
+    except UnicodeDecodeError:
+        return None
+    at = text.find(_CONTENT_KEY)
+    if at < 0:
+        return None
+    start = at + len(_CONTENT_KEY) - 1  # the opening quote
+    try:
+        content, end = scanstring(text, start + 1, True)
+    except ValueError:
+        return None
+    return text[:start] + text[end:], start, content
+
+
+def decode_token(payload: bytes) -> str | None:
+    """The text of a plain content-token frame of a known shape, else None.
+
+    Equivalent to `decode(payload)` returning `Frame(text=<non-empty>)` with no
+    reasoning, finish reason or usage; None means "use `decode`".
+    """
+    split = _split(payload)
+    if split is None:
+        return None
+    skeleton, start, content = split
+    if content and _skeletons.get(skeleton) == start:
+        return content
+    return None
+
+
+class TokenDecoder:
+    """`decode_token` for one stream, remembering the shape of its last token frame:
+    a frame of that shape costs one UTF-8 decode, two comparisons and the string
+    scan of its content, without building a skeleton."""
+
+    __slots__ = ("_prefix", "_start", "_suffix", "_tail")
+
+    def __init__(self) -> None:
+        self._prefix: str | None = None
+        self._start = 0
+        self._suffix = ""
+        self._tail = 0
+
+    def __call__(self, payload: bytes) -> str | None:
+        prefix = self._prefix
+        if prefix is not None:
+            try:
+                text = payload.decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:
+                return None
+            start = self._start
+            if text.startswith(prefix) and text.startswith('"', start):
+                try:
+                    content, end = scanstring(text, start + 1, True)
+                except ValueError:
+                    return None
+                if content and end == len(text) - self._tail and text.endswith(self._suffix):
+                    return content
+        split = _split(payload)
+        if split is None:
+            return None
+        skeleton, start, content = split
+        if not content or _skeletons.get(skeleton) != start:
+            return None
+        self._prefix, self._start = skeleton[:start], start
+        self._suffix = skeleton[start:]
+        self._tail = len(self._suffix)
+        return content
+
+
+def _learn(payload: bytes, frame: Frame) -> None:
+    """Remember the skeleton of a plain token frame that `decode` accepted."""
+    if frame.reasoning or frame.finish_reason is not None or frame.usage is not None:
+        return
+    split = _split(payload)
+    if split is None:
+        return
+    skeleton, start, content = split
+    if not content or content != frame.text or skeleton in _skeletons:
+        return
+    probe = skeleton[:start] + '"' + _SENTINEL + '"' + skeleton[start:]
+    try:
+        again = decode(probe.encode("utf-8", "surrogatepass"), learn=False)
+    except Exception:  # noqa: BLE001 - not learnable, the full path stays in charge
+        return
+    if again != Frame(text=_SENTINEL_VALUE):
+        return
+    if len(_skeletons) >= _MAX_SKELETONS:
+        _skeletons.clear()
+    _skeletons[skeleton] = start
+
+
+def decode(payload: bytes, *, learn: bool = True) -> Frame:
+    frame = _decode(payload)
+    if learn and frame.text and not frame.done:
+        _learn(payload, frame)
+    return frame
+
+
+def _decode(payload: bytes) -> Frame:
     if payload == _DONE_MARK:
         return DONE
     try:

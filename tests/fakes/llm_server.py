@@ -584,14 +584,18 @@ class Chaos:
         self.picks: dict[str, list[str]] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, conn: Conn) -> None:
+    def draw(self, group: str, n: int) -> str:
+        """The kind served to the n-th request (from 0) of `group`: a pure function."""
         import random
 
+        rng = random.Random(f"{self.seed}:{group}:{n}")
+        return rng.choices(self.kinds, weights=self.weights)[0]
+
+    def __call__(self, conn: Conn) -> None:
         group = self.key(conn.request)
         with self._lock:
             served = self.picks.setdefault(group, [])
-            rng = random.Random(f"{self.seed}:{group}:{len(served)}")
-            kind = rng.choices(self.kinds, weights=self.weights)[0]
+            kind = self.draw(group, len(served))
             served.append(kind)
         chaos_scenario(kind, stall=self.stall, frame_limit=self.frame_limit)(conn)
 
@@ -603,3 +607,120 @@ def routed(choose: Callable[[RecordedRequest], Scenario]) -> Scenario:
         choose(conn.request)(conn)
 
     return run
+
+
+def key_by_regex(pattern: str) -> Callable[[RecordedRequest], str]:
+    """Group requests by the first match of `pattern` in the body (the whole body if none)."""
+    import re
+
+    compiled = re.compile(pattern.encode())
+
+    def key(request: RecordedRequest) -> str:
+        found = compiled.search(request.body)
+        return (found.group() if found else request.body).decode("utf-8", "replace")
+
+    return key
+
+
+def stall_marked(marker: str, stall: float, texts: Sequence[str], interval: float) -> Scenario:
+    """Requests whose body holds `marker` get headers then silence; the rest stream `texts`."""
+    healthy = tokens(texts, interval=interval)
+    stalled = headers_then_silence(stall)
+    return routed(lambda request: stalled if marker.encode() in request.body else healthy)
+
+
+# --- a fake server in its own process -------------------------------------------
+#
+# In-process fake servers share the GIL with the client under test: under heavy
+# parallel load the *server* falls behind and a healthy scenario looks stalled.
+# Load and soak tests run the server in a child process instead.
+
+
+class SubprocessServer:
+    """`python -m tests.fakes.llm_server ARGS` in a child process; exits with its stdin."""
+
+    def __init__(self, *args: str) -> None:
+        self.args = list(args)
+        self.port = 0
+        self._proc: Any = None
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    def __enter__(self) -> SubprocessServer:
+        import os
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakes.llm_server", *self.args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=root,
+            env=env,
+        )
+        line = self._proc.stdout.readline().decode()
+        if not line.startswith("PORT "):
+            self.__exit__()
+            raise RuntimeError(f"fake server did not start: {line!r}")
+        self.port = int(line.split()[1])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()
+            proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - make sure it is gone
+            proc.kill()
+            proc.wait(timeout=5)
+        finally:
+            proc.stdout.close()
+
+
+def _main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="serve one fake-model scenario until stdin closes")
+    parser.add_argument("mode", choices=["chaos", "stall-marked"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stall", type=float, default=2.0)
+    parser.add_argument("--ok-weight", type=float, default=1.0)
+    parser.add_argument("--key-regex", default=r"run-\d+")
+    parser.add_argument("--marker", default="STALL")
+    parser.add_argument("--tokens", type=int, default=5)
+    parser.add_argument("--interval", type=float, default=0.0)
+    parser.add_argument("--framing", default="chunked")
+    args = parser.parse_args(argv)
+    scenario: Scenario
+    if args.mode == "chaos":
+        scenario = chaos_from_args(args.seed, args.ok_weight, args.stall, args.key_regex)
+    else:
+        texts = [f"w{i} " for i in range(args.tokens)]
+        scenario = stall_marked(args.marker, args.stall, texts, args.interval)
+    with FakeLLMServer(scenario, framing=args.framing) as server:
+        server._listener.listen(4096)
+        sys.stdout.write(f"PORT {server.port}\n")
+        sys.stdout.flush()
+        sys.stdin.read()  # until the parent closes it (or dies)
+
+
+def chaos_from_args(seed: int, ok_weight: float, stall: float, key_regex: str) -> Chaos:
+    """The Chaos a `chaos` subprocess serves; tests build the same one to replay its draws."""
+    weights = [ok_weight if kind == "ok" else 1.0 for kind in CHAOS_KINDS]
+    return Chaos(seed, weights=weights, key=key_by_regex(key_regex), stall=stall)
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,174 @@
+"""2. Cancel latency: from `gate.cancel()` (and from a workflow's `run.abort()`)
+to the blocked read returning. Baseline: `response.close()` from another thread.
+
+    python -m bench.cancel [--gevent] [--trials 50]
+"""
+
+from __future__ import annotations
+
+from bench.common import patch_gevent_if_asked
+
+patch_gevent_if_asked()
+
+import argparse  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import httpx  # noqa: E402
+
+from bench.common import ServerProcess, header, line, ms, percentile, ratio  # noqa: E402
+from plugin_daemon_client import LLMClient, first_token_gate  # noqa: E402
+from plugin_daemon_client.errors import FirstGateError  # noqa: E402
+from runtime import events as ev  # noqa: E402
+from runtime import load_workflow  # noqa: E402
+from runtime.model_routes import ModelRoutes, ModelsFile, ProviderRoute  # noqa: E402
+
+SETTLE_S = 0.03  # let the read block before cancelling
+BASELINE_WAIT_S = 3.0
+
+
+def gate_cancel_latency(client: LLMClient) -> float:
+    """The caller blocks in a read; another thread cancels its gate."""
+    ready = threading.Event()
+    returned: list[float] = []
+    holder: list = []
+
+    def reader() -> None:
+        try:
+            with first_token_gate(first_token_timeout=30.0) as gate:
+                holder.append(gate)
+                ready.set()
+                for _ in client.invoke_llm("m", [{"role": "user", "content": "SILENCE"}]):
+                    pass
+        except FirstGateError:
+            returned.append(time.perf_counter())
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    ready.wait()
+    time.sleep(SETTLE_S)
+    start = time.perf_counter()
+    holder[0].cancel("bench")
+    thread.join(10)
+    return returned[0] - start
+
+
+def abort_latency(workflow, routes: ModelRoutes) -> tuple[float, float]:
+    """run.abort() while the LLM node blocks: (abort -> node's terminal event,
+    abort -> run's terminal event), both as observed by the iterating thread."""
+    run = workflow.run({"query": "SILENCE"}, routes=routes)
+    start = node_done = 0.0
+    for event in run:
+        if isinstance(event, ev.NodeStarted) and event.node_id == "llm":
+            time.sleep(SETTLE_S)
+            start = time.perf_counter()
+            run.abort("bench")
+        elif isinstance(event, ev.NodeFailed) and event.node_id == "llm":
+            node_done = time.perf_counter()
+        elif isinstance(event, ev.TERMINAL_EVENTS):
+            return node_done - start, time.perf_counter() - start
+    raise RuntimeError("no terminal event")
+
+
+def close_baseline(url: str) -> float | None:
+    """httpx response.close() from another thread while a read blocks (read=None)."""
+    client = httpx.Client(timeout=httpx.Timeout(None, connect=5.0))
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "SILENCE"}]}
+    returned: list[float] = []
+    holder: list = []
+    ready = threading.Event()
+
+    def reader() -> None:
+        try:
+            with client.stream("POST", url, json=body) as response:
+                holder.append(response)
+                ready.set()
+                for _ in response.iter_raw():
+                    pass
+        except Exception:  # noqa: BLE001 - any way out counts
+            pass
+        returned.append(time.perf_counter())
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    ready.wait(5)
+    time.sleep(SETTLE_S)
+    start = time.perf_counter()
+    holder[0].close()
+    thread.join(BASELINE_WAIT_S)
+    return returned[0] - start if returned else None
+
+
+def flow() -> dict:
+    return {
+        "version": "0.1.5",
+        "kind": "app",
+        "app": {"name": "cancel", "mode": "advanced-chat"},
+        "workflow": {
+            "graph": {
+                "nodes": [
+                    {"id": "start", "data": {"type": "start", "title": "s", "variables": []}},
+                    {
+                        "id": "llm",
+                        "data": {
+                            "type": "llm",
+                            "title": "llm",
+                            "model": {"provider": "bench", "name": "m", "mode": "chat"},
+                            "prompt_template": [{"role": "user", "text": "{{#sys.query#}}"}],
+                            "invocation": {"first_token_timeout_ms": 30000},
+                        },
+                    },
+                ],
+                "edges": [{"source": "start", "target": "llm"}],
+            }
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=50)
+    parser.add_argument("--gevent", action="store_true")
+    args = parser.parse_args()
+    header(f"2. cancel latency ({args.trials} trials)")
+    with ServerProcess("scenarios") as server:
+        client = LLMClient(base_url=server.base_url)
+        gate_cancel_latency(client)
+        cancel = [gate_cancel_latency(client) for _ in range(args.trials)]
+        routes = ModelRoutes(
+            ModelsFile(
+                providers={
+                    "bench": ProviderRoute(kind="openai-compatible", base_url=server.base_url)
+                }
+            )
+        )
+        workflow = load_workflow(flow())
+        aborts = [abort_latency(workflow, routes) for _ in range(args.trials)]
+        baseline = close_baseline(f"{server.base_url}/chat/completions")
+        client.close()
+    p50, p99 = percentile(cancel, 50), percentile(cancel, 99)
+    verdict = "ok" if p99 < 0.010 else "MISSED (target p99 < 10 ms)"
+    line(f"gate.cancel() -> blocked read returns: p50 {ms(p50)}  p99 {ms(p99)}  [{verdict}]")
+    node = [a[0] for a in aborts]
+    whole = [a[1] for a in aborts]
+    n99, w99 = percentile(node, 99), percentile(whole, 99)
+    verdict = "ok" if n99 < 0.010 else "MISSED (target p99 < 10 ms)"
+    line(
+        f"run.abort() -> LLM node's NodeFailed event: p50 {ms(percentile(node, 50))}"
+        f"  p99 {ms(n99)}  [{verdict}] (upper bound of the read returning)"
+    )
+    line(f"run.abort() -> WorkflowAborted: p50 {ms(percentile(whole, 50))}  p99 {ms(w99)}")
+    if baseline is None:
+        line(
+            f"baseline httpx response.close() from another thread: read still blocked after"
+            f" {BASELINE_WAIT_S:.0f} s (never unblocks with read=None)"
+        )
+    else:
+        line(
+            f"baseline httpx response.close() from another thread: unblocked after {ms(baseline)}"
+            f" (gate p99 / baseline {ratio(p99, baseline)})"
+        )
+
+
+if __name__ == "__main__":
+    main()

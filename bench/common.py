@@ -1,0 +1,166 @@
+"""Shared helpers: statistics, output, machine facts, gevent switch."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Sequence
+
+GEVENT_FLAG = "--gevent"
+
+
+def patch_gevent_if_asked() -> bool:
+    """Call first thing in a benchmark's __main__: patches before httpx is imported."""
+    if GEVENT_FLAG not in sys.argv:
+        return False
+    import contextlib
+
+    # httpcore imports trio when installed; trio needs select.epoll, which
+    # patching removes. Importing it first is harmless (as in tests/run_gevent.py).
+    with contextlib.suppress(ImportError):
+        import trio  # noqa: F401
+    from gevent import monkey
+
+    monkey.patch_all()
+    return True
+
+
+def mode() -> str:
+    try:
+        from gevent import monkey
+
+        return "gevent" if monkey.is_module_patched("socket") else "threads"
+    except ImportError:
+        return "threads"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+def ratio(value: float, baseline: float) -> str:
+    if not baseline or math.isnan(baseline) or math.isnan(value):
+        return "n/a"
+    return f"{value / baseline:.2f}x"
+
+
+def header(title: str) -> None:
+    print(f"\n== {title} [{mode()}] ==", flush=True)
+
+
+def line(text: str) -> None:
+    print(f"  {text}", flush=True)
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for row in info:
+                if row.startswith("model name"):
+                    return row.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def machine() -> dict[str, str]:
+    import gevent
+    import httpcore
+    import httpx
+
+    facts = {
+        "nproc": str(os.cpu_count()),
+        "cpu": cpu_model(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "httpx": httpx.__version__,
+        "httpcore": httpcore.__version__,
+        "gevent": gevent.__version__,
+    }
+    try:
+        facts["load average"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        pass
+    try:
+        from runtime.local_model import find_llama_server
+
+        out = subprocess.run(
+            [str(find_llama_server()), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        text = (out.stdout + out.stderr).strip().splitlines()
+        facts["llama-server"] = next((t for t in text if "version" in t), text[0] if text else "?")
+    except Exception:  # noqa: BLE001 - optional
+        facts["llama-server"] = "not found"
+    return facts
+
+
+class ServerProcess:
+    """`python -m bench.servers MODE ARGS` in a child process; it prints `PORT n` and
+    serves until its stdin closes."""
+
+    def __init__(self, *args: str) -> None:
+        self.args = list(args)
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def __enter__(self) -> ServerProcess:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.servers", *self.args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=root,
+            env=env,
+        )
+        assert self._proc.stdout is not None
+        first = self._proc.stdout.readline().decode()
+        if not first.startswith("PORT "):
+            self.__exit__()
+            raise RuntimeError(f"bench server did not start: {first!r}")
+        self.port = int(first.split()[1])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - make sure it is gone
+            proc.kill()
+            proc.wait(timeout=10)
+        finally:
+            if proc.stdout is not None:
+                proc.stdout.close()

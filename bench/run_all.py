@@ -1,0 +1,55 @@
+"""Run every benchmark, each in a fresh process, in threads and (where it applies)
+under gevent; print each one's figures and its ratio to the baseline measured in
+the same run.
+
+    python -m bench.run_all [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+from bench.common import machine
+
+# (module, extra args, also under gevent?)
+BENCHMARKS: list[tuple[str, list[str], bool]] = [
+    ("bench.deadline", ["--trials=50"], True),
+    ("bench.cancel", ["--trials=50"], True),
+    ("bench.throughput", ["--frames=100000", "--rounds=3"], True),
+    ("bench.concurrency", ["--streams=1000", "--shards=16"], False),  # always gevent
+    ("bench.engine", ["--repeat=5"], False),
+    ("bench.ttft", ["--runs=15"], False),
+]
+QUICK = {
+    "bench.deadline": ["--trials=10"],
+    "bench.cancel": ["--trials=10"],
+    "bench.throughput": ["--frames=20000", "--rounds=1"],
+    "bench.concurrency": ["--streams=200", "--shards=4"],
+    "bench.engine": ["--repeat=1"],
+    "bench.ttft": ["--runs=3"],
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
+    args = parser.parse_args()
+    print("firstgate benchmarks: " + " ".join(sys.argv), flush=True)
+    for key, value in machine().items():
+        print(f"  {key}: {value}")
+    failed = 0
+    start = time.perf_counter()
+    for module, extra, gevent_too in BENCHMARKS:
+        extra = QUICK[module] if args.quick else extra
+        for flags in [[]] + ([["--gevent"]] if gevent_too else []):
+            result = subprocess.run([sys.executable, "-m", module, *extra, *flags], check=False)
+            failed += result.returncode != 0
+    print(f"\nall benchmarks done in {time.perf_counter() - start:.0f} s", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
