@@ -84,7 +84,7 @@ def render(template: str, params: dict[str, object]) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
-def t(key: str, locale: str | None = None, **params: object) -> str:
+def t(key: str, locale: str | None = None, /, **params: object) -> str:
     """Render message `key` in `locale` (en-US when None), falling back per key to en-US."""
     english = catalog(DEFAULT_LOCALE)
     if key not in english:
