@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nodes.cancel import CancelToken
 from nodes.selectors import Selector, TextSegment, parse_template
+
+if TYPE_CHECKING:
+    from plugin_daemon_client.fallback import BreakerBook, FallbackEvent, FallbackPolicy
+    from plugin_daemon_client.gate import Probe
 
 # Edge handles. Success edges are `source`; Dify's older exports say `success-branch`.
 SUCCESS_HANDLE = "source"
@@ -42,6 +46,75 @@ class ClientProvider(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class RouteTarget:
+    """One model route as an LLM node sees it: where to send, how to watch it."""
+
+    name: str
+    client: LLMClientLike
+    base_url: str | None = None
+    probe: Probe | None = None
+    # The route's `first_token_*` settings (models file), for the budget resolver.
+    budget_settings: Mapping[str, Any] = field(default_factory=dict)
+    allow_same_host_fallback: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    """The route of a provider and the fallback targets behind it, in order.
+
+    `warnings` are the fallback configuration warnings, handed out only with the
+    first plan of a route (per client provider) so that a run shows them once.
+    """
+
+    primary: RouteTarget
+    fallbacks: tuple[RouteTarget, ...] = ()
+    policy: FallbackPolicy | None = None
+    breakers: BreakerBook | None = None
+    warnings: tuple[FallbackEvent, ...] = ()
+
+    @property
+    def targets(self) -> tuple[RouteTarget, ...]:
+        return (self.primary, *self.fallbacks)
+
+
+class RoutePlanner(ClientProvider, Protocol):
+    """A client provider that also knows routes, probes and fallback chains."""
+
+    def plan_for(self, provider: str) -> RoutePlan: ...
+
+
+def plan_for(clients: ClientProvider, provider: str) -> RoutePlan:
+    """The route plan for `provider`; a plain client provider gets a single target
+    with no probe and no route settings (the budget formula still applies)."""
+    planner = getattr(clients, "plan_for", None)
+    if callable(planner):
+        plan = planner(provider)
+        if isinstance(plan, RoutePlan):
+            return plan
+    return RoutePlan(RouteTarget(provider, clients.client_for(provider)))
+
+
+class ChunkSink(Protocol):
+    def __call__(self, text: str, target: str | None = None) -> None: ...
+
+
+class WaitSink(Protocol):
+    def __call__(self, info: Any, target: str | None = None) -> None: ...
+
+
+def _ignore_chunk(text: str, target: str | None = None) -> None:
+    return None
+
+
+def _ignore_wait(info: Any, target: str | None = None) -> None:
+    return None
+
+
+def _ignore_event(event: Any) -> None:
+    return None
+
+
 class NodeRunError(Exception):
     """A node failed for a reason of its own (not the transport's): carries a message key."""
 
@@ -59,8 +132,12 @@ class NodeContext:
     attempt: int
     variables: VariableReader
     cancel: CancelToken
-    emit_chunk: Callable[[str], None] = lambda text: None
-    emit_wait: Callable[[Any], None] = lambda info: None
+    # `target` names the model route that produced the text or the wait (a
+    # fallback chain tries several per attempt), None when unknown.
+    emit_chunk: ChunkSink = _ignore_chunk
+    emit_wait: WaitSink = _ignore_wait
+    # A `plugin_daemon_client.fallback.FallbackEvent`: swaps, caps, skips, budget stops.
+    emit_fallback: Callable[[Any], None] = _ignore_event
     clients: ClientProvider | None = None
     inputs: Mapping[str, Any] = field(default_factory=dict)
 
@@ -72,6 +149,9 @@ class NodeResult:
     outputs: dict[str, Any] = field(default_factory=dict)
     handles: frozenset[str] | None = None
     usage: Mapping[str, Any] | None = None
+    # How the node did it (Dify's process_data): e.g. the LLM node's resolved
+    # first-token budget and which route answered. Not a variable.
+    process_data: Mapping[str, Any] | None = None
 
 
 def to_text(value: Any) -> str:

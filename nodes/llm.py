@@ -5,21 +5,39 @@ between retry, fail-branch and default value."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from nodes.base import (
     NodeContext,
     NodeResult,
     NodeRunError,
+    RoutePlan,
+    RouteTarget,
     VariableReader,
+    plan_for,
     render_selectors,
     to_text,
 )
-from nodes.config import BaseNodeData, DslModel, Milliseconds, SelectorField, choice
+from nodes.config import (
+    BaseNodeData,
+    DslModel,
+    Milliseconds,
+    SelectorField,
+    _as_int,
+    choice,
+    dsl_error,
+    shown,
+)
 from nodes.jinja import render_jinja
 from nodes.selectors import Selector, template_selectors
+
+if TYPE_CHECKING:
+    from plugin_daemon_client.first_token_budget import ResolvedBudget
+    from plugin_daemon_client.gate import Gate
 
 TYPE = "llm"
 SUPPORTS_RETRY = True
@@ -58,10 +76,36 @@ class ContextConfig(DslModel):
     variable_selector: SelectorField | None = None
 
 
-class Invocation(DslModel):
-    """The gate's budgets, in milliseconds; empty or 0 disables a deadline."""
+AUTO = "auto"
 
-    first_token_timeout_ms: Milliseconds = None
+
+def _first_token_ms(value: Any) -> int | None:
+    """Empty or "auto": None (the budget grows with the prompt); 0 disables it."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", AUTO)):
+        return None
+    number = _as_int(value)
+    if number is None or number < 0:
+        raise dsl_error(
+            "dsl.firstTokenMilliseconds",
+            'must be a whole number of milliseconds, "auto" or empty (then the budget grows '
+            "with the prompt; 0 disables it), got {got}",
+            got=shown(value),
+        )
+    return number
+
+
+FirstTokenMilliseconds = Annotated[int | None, BeforeValidator(_first_token_ms)]
+
+
+class Invocation(DslModel):
+    """The gate's budgets, in milliseconds.
+
+    First token: empty or "auto" means the continuous budget (environment,
+    models file, then the formula from the estimated prompt size); 0 disables
+    it. Idle and stream total: empty or 0 disables the deadline.
+    """
+
+    first_token_timeout_ms: FirstTokenMilliseconds = None
     idle_timeout_ms: Milliseconds = None
     stream_total_timeout_ms: Milliseconds = None
 
@@ -164,42 +208,185 @@ def _usage_dict(usage: Any) -> dict[str, Any] | None:
     }
 
 
-def run(data: Data, ctx: NodeContext) -> NodeResult:
+def first_token_seconds(ms: int | None) -> float | None:
+    """The node's first-token value for the budget resolver, in seconds.
+
+    None ("auto" or empty) lets the next level decide; an explicit 0 stays 0,
+    which the resolver turns into "disabled" (the gate's rule).
+    """
+    return None if ms is None else ms / 1000.0
+
+
+@dataclasses.dataclass(slots=True)
+class Reply:
+    """What one attempt on one target streamed."""
+
+    parts: list[str] = dataclasses.field(default_factory=list)
+    usage: Any = None
+    finish_reason: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Call:
+    """The request every target of one node attempt gets, and the node's context."""
+
+    data: Data
+    ctx: NodeContext
+    messages: list[dict[str, str]]
+    parameters: dict[str, Any]
+    stop: list[str] | None
+    prompt_tokens: int
+
+
+def _stream(call: _Call, target: RouteTarget) -> Reply:
+    """Stream one reply from `target` (inside a gate the caller opened)."""
+    reply = Reply()
+    for chunk in target.client.invoke_llm(
+        model=call.data.model.name,
+        messages=call.messages,
+        parameters=call.parameters,
+        stop=call.stop,
+    ):
+        if chunk.text:
+            reply.parts.append(chunk.text)
+            call.ctx.emit_chunk(chunk.text, target=target.name)
+        if chunk.finish_reason:
+            reply.finish_reason = chunk.finish_reason
+        if chunk.usage is not None:
+            reply.usage = chunk.usage
+    return reply
+
+
+@contextmanager
+def _gate(call: _Call, target: RouteTarget, budget: ResolvedBudget) -> Iterator[Gate]:
+    """This target's own gate: its resolved first-token budget, its probe, and the
+    run's cancel token attached, so an abort shuts down whichever attempt is in flight."""
     from plugin_daemon_client import first_token_gate
+
+    invocation = call.data.invocation
+
+    def on_wait(info: Any) -> None:
+        call.ctx.emit_wait(info, target=target.name)
+
+    with (
+        first_token_gate(
+            idle_timeout=seconds(invocation.idle_timeout_ms),
+            stream_total_timeout=seconds(invocation.stream_total_timeout_ms),
+            on_wait=on_wait,
+            probe=target.probe,
+            **budget.gate_kwargs(),
+        ) as gate,
+        call.ctx.cancel.attached(gate.cancel),
+    ):
+        yield gate
+
+
+def resolve_budgets(call: _Call, plan: RoutePlan) -> dict[str, ResolvedBudget]:
+    """The first-token budget of every target, each with its own route's settings.
+
+    Resolved before the first request: a bad environment setting fails the node
+    at once instead of after the primary already failed.
+    """
+    from plugin_daemon_client.first_token_budget import resolve_first_token_budget
+
+    node_value = first_token_seconds(call.data.invocation.first_token_timeout_ms)
+    return {
+        target.name: resolve_first_token_budget(
+            node_value,
+            prompt_tokens=call.prompt_tokens,
+            route=target.budget_settings,
+            route_name=target.name,
+        )
+        for target in plan.targets
+    }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Answered:
+    reply: Reply
+    target: str
+    failures: tuple[tuple[str, str], ...]  # (target, error type) of the targets before it
+
+
+def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    return lambda: fn(*args)
+
+
+def _run_chain(call: _Call, plan: RoutePlan, budgets: dict[str, ResolvedBudget]) -> _Answered:
+    """Walk the fallback chain; errors (exhausted, budget, non-transient) propagate
+    unchanged to the error strategy, and a retry walks the chain again."""
+    from plugin_daemon_client.fallback import FallbackChain, Target
+
+    for warning in plan.warnings:
+        call.ctx.emit_fallback(warning)
+    targets: list[Target[Reply]] = []
+    for target in plan.targets:
+        open_gate: Callable[[], AbstractContextManager[Gate]] = _bind(
+            _gate, call, target, budgets[target.name]
+        )
+        targets.append(
+            Target(
+                target.name,
+                attempt=_bind(_stream, call, target),
+                base_url=target.base_url,
+                open_gate=open_gate,
+                probe=target.probe,
+                allow_same_host_fallback=target.allow_same_host_fallback,
+            )
+        )
+    chain = FallbackChain(
+        targets, plan.policy, breakers=plan.breakers, on_event=call.ctx.emit_fallback
+    )
+    result = chain.run()
+    failures = tuple((name, error.error_type) for name, error in result.attempts)
+    return _Answered(result.value, result.target, failures)
+
+
+def _process_data(
+    call: _Call, budgets: dict[str, ResolvedBudget], answered: _Answered
+) -> dict[str, Any]:
+    return {
+        "route": answered.target,
+        "prompt_tokens_estimate": call.prompt_tokens,
+        "first_token_budget": {
+            name: {
+                "seconds": budget.first_token_s,
+                "source": budget.source,
+                "ceiling_s": budget.ceiling_s,
+                "ceiling_source": budget.ceiling_source,
+            }
+            for name, budget in budgets.items()
+        },
+        "fallback_failures": [
+            {"target": name, "error_type": kind} for name, kind in answered.failures
+        ],
+    }
+
+
+def run(data: Data, ctx: NodeContext) -> NodeResult:
+    from plugin_daemon_client.first_token_budget import estimate_prompt_tokens
 
     if ctx.clients is None:
         raise NodeRunError("dsl.node.noModelRoute", "no model route is configured for LLM nodes")
     messages = build_messages(data, ctx.variables)
     parameters, stop = model_parameters(data)
-    client = ctx.clients.client_for(data.model.provider)
-    budgets = data.invocation
-    parts: list[str] = []
-    usage: Any = None
-    finish_reason: str | None = None
-    with (
-        first_token_gate(
-            first_token_timeout=seconds(budgets.first_token_timeout_ms),
-            idle_timeout=seconds(budgets.idle_timeout_ms),
-            stream_total_timeout=seconds(budgets.stream_total_timeout_ms),
-            on_wait=ctx.emit_wait,
-        ) as gate,
-        ctx.cancel.attached(gate.cancel),
-    ):
-        for chunk in client.invoke_llm(
-            model=data.model.name, messages=messages, parameters=parameters, stop=stop
-        ):
-            if chunk.text:
-                parts.append(chunk.text)
-                ctx.emit_chunk(chunk.text)
-            if chunk.finish_reason:
-                finish_reason = chunk.finish_reason
-            if chunk.usage is not None:
-                usage = chunk.usage
+    plan = plan_for(ctx.clients, data.model.provider)
+    call = _Call(data, ctx, messages, parameters, stop, estimate_prompt_tokens(messages))
+    budgets = resolve_budgets(call, plan)
+    if plan.fallbacks:
+        answered = _run_chain(call, plan, budgets)
+    else:
+        # No chain: one gate, still with the route's probe and the resolved budget.
+        with _gate(call, plan.primary, budgets[plan.primary.name]):
+            answered = _Answered(_stream(call, plan.primary), plan.primary.name, ())
+    reply = answered.reply
+    usage = _usage_dict(reply.usage)
     return NodeResult(
-        outputs={
-            "text": "".join(parts),
-            "usage": _usage_dict(usage),
-            "finish_reason": finish_reason,
-        },
-        usage=_usage_dict(usage),
+        outputs={"text": reply.text, "usage": usage, "finish_reason": reply.finish_reason},
+        usage=usage,
+        process_data=_process_data(call, budgets, answered),
     )

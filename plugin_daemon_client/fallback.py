@@ -53,7 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from ipaddress import ip_address
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import locales
@@ -232,6 +232,18 @@ def counts_for_breaker(error: FirstGateError) -> bool:
     )
 
 
+class BreakerBook(Protocol):
+    """What the walker needs from breakers: `CircuitBreakers`, or an adapter that
+    maps target names onto keys of a shared instance (the runtime shares one per
+    process and keys it by where a route points, not only by its name)."""
+
+    def open_for(self, name: str) -> float | None: ...
+
+    def failures(self, name: str) -> int: ...
+
+    def record(self, name: str, error: FirstGateError | None) -> None: ...
+
+
 class CircuitBreakers:
     """Consecutive-failure breakers per target name; share one across chains."""
 
@@ -367,7 +379,7 @@ class FallbackChain(Generic[T]):
         targets: Sequence[Target[T]],
         policy: FallbackPolicy | None = None,
         *,
-        breakers: CircuitBreakers | None = None,
+        breakers: BreakerBook | None = None,
         on_event: Callable[[FallbackEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         timer: TimerFactory = _thread_timer,
@@ -379,7 +391,7 @@ class FallbackChain(Generic[T]):
             raise ValueError(f"fallback target names must be unique, got {names}")
         self.targets = list(targets)
         self.policy = policy or FallbackPolicy.build(names)
-        self.breakers = breakers or CircuitBreakers(clock=clock)
+        self.breakers: BreakerBook = breakers or CircuitBreakers(clock=clock)
         self._on_event = on_event
         self._clock = clock
         self._timer = timer

@@ -240,6 +240,12 @@ class _Fetcher:
             with client.stream("GET", url, headers=headers, timeout=left) as response:
                 if response.status_code != 200:
                     return None
+                # A server that answers every path with a chat stream (a catch-all
+                # proxy, a test double) would hold the watchdog for the whole probe
+                # timeout: a status page is never an event stream.
+                content_type = response.headers.get("content-type", "")
+                if content_type.split(";")[0].strip().lower() == "text/event-stream":
+                    return None
                 body = b""
                 for part in response.iter_bytes():
                     body += part

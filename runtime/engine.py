@@ -87,6 +87,7 @@ class WorkflowRun:
         self._queue: queue.Queue[object] = queue.Queue()
         self._workers = WorkerPool(max_workers)
         self._in_flight: set[str] = set()
+        self._chunk_target: dict[str, str | None] = {}  # LLM node -> route of its latest chunk
         self._steps = 0
         self._exceptions = 0
         self._answers: list[str] = []
@@ -198,12 +199,14 @@ class WorkflowRun:
     def _context(self, node: NodeDef, attempt: int) -> NodeContext:
         common = {"node_id": node.id, "node_type": node.type, "title": node.title}
 
-        def chunk(text: str) -> None:
+        def chunk(text: str, target: str | None = None) -> None:
             self._queue.put(
-                ev.NodeChunk(elapsed=self._elapsed(), attempt=attempt, text=text, **common)
+                ev.NodeChunk(
+                    elapsed=self._elapsed(), attempt=attempt, text=text, target=target, **common
+                )
             )
 
-        def wait(info: Any) -> None:
+        def wait(info: Any, target: str | None = None) -> None:
             self._queue.put(
                 ev.NodeWaiting(
                     elapsed=self._elapsed(),
@@ -212,9 +215,13 @@ class WorkflowRun:
                     message=str(getattr(info, "message", "")),
                     message_key=str(getattr(info, "message_key", "")),
                     params=dict(getattr(info, "params", {}) or {}),
+                    target=target,
                     **common,
                 )
             )
+
+        def fallback(event: Any) -> None:
+            self._queue.put(self._fallback_event(event, attempt, common))
 
         return NodeContext(
             node_id=node.id,
@@ -223,8 +230,25 @@ class WorkflowRun:
             cancel=self.cancel,
             emit_chunk=chunk,
             emit_wait=wait,
+            emit_fallback=fallback,
             clients=self.clients,
             inputs=self.inputs,
+        )
+
+    def _fallback_event(self, event: Any, attempt: int, common: dict[str, str]) -> ev.NodeFallback:
+        """A `FallbackEvent` of the transport as a typed run event (duck-typed: the
+        engine does not depend on the chain's classes)."""
+        params = dict(getattr(event, "params", {}) or {})
+        return ev.NodeFallback(
+            elapsed=self._elapsed(),
+            attempt=attempt,
+            kind=str(getattr(event, "kind", "")),
+            reason=str(getattr(event, "reason", "")),
+            target=getattr(event, "target", None),
+            message=str(getattr(event, "message", "")),
+            message_key=str(getattr(event, "message_key", "")),
+            params=params,
+            **common,
         )
 
     def _retry_reporter(self, node: NodeDef) -> Any:
@@ -251,10 +275,15 @@ class WorkflowRun:
             return  # chunks of a stopped run are noise
         yield event
         if isinstance(event, ev.NodeChunk):
+            self._chunk_target[event.node_id] = event.target
             yield from self._pieces(
                 self.streamer.on_chunk(event.node_id, event.attempt, event.text)
             )
-        elif isinstance(event, ev.NodeRetry):
+        elif isinstance(event, ev.NodeRetry) or (
+            isinstance(event, ev.NodeFallback) and event.kind == "swap"
+        ):
+            # Buffered text of the failed attempt (or failed fallback target) is
+            # never shown: the next one replaces it.
             self.streamer.on_retry(event.node_id)
 
     def _pieces(self, pieces: list[Piece]) -> Iterator[ev.Event]:
@@ -268,6 +297,13 @@ class WorkflowRun:
                 text=piece.text,
                 from_node_id=piece.source,
                 attempt=piece.attempt,
+                # Buffers are dropped on every retry and swap, so a streamed
+                # piece always comes from the source's latest target.
+                target=(
+                    self._chunk_target.get(piece.source)
+                    if piece.source is not None and piece.attempt is not None
+                    else None
+                ),
             )
 
     def _finish(self, done: _Done) -> Iterator[ev.Event]:
@@ -284,7 +320,12 @@ class WorkflowRun:
             self.pool.set_outputs(node.id, outcome.outputs)
             yield from self._pieces(self.streamer.finish(node.id))
             self._collect_outputs(node, outcome.outputs)
-            yield ev.NodeSucceeded(attempt=outcome.attempt, outputs=outcome.outputs, **common)
+            yield ev.NodeSucceeded(
+                attempt=outcome.attempt,
+                outputs=outcome.outputs,
+                process_data=outcome.process_data,
+                **common,
+            )
         elif outcome.status is Status.EXCEPTION:
             assert outcome.error is not None
             self._exceptions += 1
@@ -349,6 +390,7 @@ class WorkflowRun:
                         title=node.title,
                         attempt=item.outcome.attempt,
                         outputs=item.outcome.outputs,
+                        process_data=item.outcome.process_data,
                     )
                 else:
                     yield self._node_failed(node, item.outcome)

@@ -29,6 +29,7 @@ class Outcome:
     handles: frozenset[str] | None = None
     error: BaseException | None = None
     strategy: str | None = None
+    process_data: dict[str, Any] = field(default_factory=dict)
 
 
 def error_type(exc: BaseException) -> str:
@@ -84,4 +85,10 @@ def execute(
                 attempt += 1
                 continue
             return apply_strategy(node, exc, attempt)
-        return Outcome(Status.SUCCEEDED, attempt, dict(result.outputs), result.handles)
+        return Outcome(
+            Status.SUCCEEDED,
+            attempt,
+            dict(result.outputs),
+            result.handles,
+            process_data=dict(result.process_data or {}),
+        )

@@ -41,11 +41,14 @@ class NodeStarted(NodeEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeChunk(NodeEvent):
-    """An LLM text delta. Chunks of an attempt that later failed are superseded."""
+    """An LLM text delta. Chunks of an attempt that later failed are superseded,
+    and so are chunks of a fallback target that failed: `target` names the model
+    route that produced the text (a `node_fallback` swap supersedes it)."""
 
     name: ClassVar[str] = "node_chunk"
     attempt: int
     text: str
+    target: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +62,7 @@ class AnswerChunk(NodeEvent):
     text: str
     from_node_id: str | None = None
     attempt: int | None = None
+    target: str | None = None  # the model route the text came from, if known
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +74,25 @@ class NodeWaiting(NodeEvent):
     wait_elapsed: float
     message: str
     message_key: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    target: str | None = None  # the model route being waited for
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeFallback(NodeEvent):
+    """A fallback chain decided something: `kind` is one of `config_warning`,
+    `cap` (an attempt starts, with its cap), `cap_fired`, `swap`, `breaker_skip`,
+    `same_host_skip`, `budget_stop`; `reason` says why in a stable word;
+    `target` is the route concerned. After a `swap`, chunks of the failed target
+    in this attempt are superseded."""
+
+    name: ClassVar[str] = "node_fallback"
+    attempt: int
+    kind: str
+    reason: str
+    target: str | None
+    message: str
+    message_key: str
     params: dict[str, Any] = field(default_factory=dict)
 
 
@@ -89,6 +112,8 @@ class NodeSucceeded(NodeEvent):
     name: ClassVar[str] = "node_succeeded"
     attempt: int
     outputs: dict[str, Any]
+    # How the node did it, e.g. an LLM node's resolved first-token budget and route.
+    process_data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

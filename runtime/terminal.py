@@ -28,7 +28,10 @@ class Stats:
     def observe(self, event: ev.Event) -> None:
         if isinstance(event, ev.NodeStarted) and event.node_type == "llm":
             self.attempt_started[event.node_id] = event.elapsed
-        elif isinstance(event, ev.NodeRetry):
+        elif isinstance(event, ev.NodeRetry) or (
+            isinstance(event, ev.NodeFallback) and event.kind == "swap"
+        ):
+            # A new attempt (or fallback target) starts: time its first token afresh.
             self.attempt_started[event.node_id] = event.elapsed
             self.first_token_at.pop(event.node_id, None)
             self._chunks[event.node_id] = 0
@@ -117,7 +120,11 @@ class HumanView:
         if isinstance(event, ev.NodeStarted) and event.node_type == "llm":
             self.waiting.start_waiting()
         elif isinstance(event, ev.NodeWaiting):
-            self.waiting.note(event.message)
+            self.waiting.note(
+                _localized(event.message_key, event.params, event.message, self.locale)
+            )
+        elif isinstance(event, ev.NodeFallback):
+            self._fallback(event)
         elif isinstance(event, ev.NodeChunk):
             self.waiting.clear()
         elif isinstance(event, ev.AnswerChunk):
@@ -160,6 +167,20 @@ class HumanView:
         elif isinstance(event, ev.TERMINAL_EVENTS):
             self._summary(event)
 
+    def _fallback(self, event: ev.NodeFallback) -> None:
+        # Every decision of the chain gets a line, except the routine "trying X
+        # for at most N s" before each attempt (it is in --json).
+        if event.kind == "cap":
+            return
+        message = _localized(event.message_key, event.params, event.message, self.locale)
+        self._note_line(
+            locales.t(
+                "cli.fallback", self.locale, title=event.title or event.node_id, message=message
+            )
+        )
+        if event.kind == "swap":
+            self.waiting.start_waiting()
+
     def _note_line(self, text: str) -> None:
         self.waiting.clear()
         if self._streamed:
@@ -187,6 +208,16 @@ class HumanView:
         lines.append(status_line(event, self.locale))
         self.out.write("\n".join(lines) + "\n")
         self.out.flush()
+
+
+def _localized(key: str, params: dict[str, Any], english: str, locale: str) -> str:
+    """An event's message in the user's locale; its English text if the key is unknown."""
+    if not key:
+        return english
+    try:
+        return locales.t(key, locale, **params)
+    except (KeyError, ValueError):
+        return english
 
 
 def status_line(event: ev.Event, locale: str) -> str:
