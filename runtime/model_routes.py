@@ -220,21 +220,21 @@ class ModelsFile(DslModel):
         for name, route in self.providers.items():
             seen: set[str] = set()
             for target in route.fallbacks:
-                key = f"providers.{name}.fallbacks"
+                setting = f"providers.{name}.fallbacks"
                 if target != LOCAL and target not in self.providers:
                     raise dsl_error(
                         "dsl.models.unknownFallback",
-                        "{key} names {target}, which is not listed under providers",
-                        key=key,
+                        "{setting} names {target}, which is not listed under providers",
+                        setting=setting,
                         route=name,
                         target=target,
                     )
                 if target == name or target in seen:
                     raise dsl_error(
                         "dsl.models.repeatedFallback",
-                        "{key} lists {target} twice (or the route itself); each route "
+                        "{setting} lists {target} twice (or the route itself); each route "
                         "may appear once in a chain",
-                        key=key,
+                        setting=setting,
                         route=name,
                         target=target,
                     )
