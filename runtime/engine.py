@@ -11,6 +11,7 @@ sockets down through their gates), wake the dispatcher, drain, report.
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -93,6 +94,7 @@ class WorkflowRun:
         self._answers: list[str] = []
         self._failure: tuple[NodeDef, BaseException] | None = None
         self._stop_message: _Stop | None = None
+        self._stop_lock = threading.Lock()
         self._t0 = time.monotonic()
         self._events = self._run()
 
@@ -114,9 +116,15 @@ class WorkflowRun:
     # ---- stopping
 
     def _stop(self, message: _Stop) -> None:
-        if self.cancel.cancel(message.reason):  # shuts in-flight streams down via their gates
+        # Record why *before* cancelling: cancel() shuts in-flight streams down at
+        # once, and a node that sees it can report back before this thread runs
+        # on; the dispatcher must never take that node's end for a finished run.
+        with self._stop_lock:
+            if self._stop_message is not None or self.cancel.cancelled:
+                return
             self._stop_message = message
-            self._queue.put(message)  # wakes the dispatcher
+        self.cancel.cancel(message.reason)  # shuts in-flight streams down via their gates
+        self._queue.put(message)  # wakes the dispatcher
 
     def _time_limit(self) -> None:
         assert self.limits.max_run_seconds is not None

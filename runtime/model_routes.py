@@ -48,6 +48,7 @@ from typing import Annotated, Any
 
 import yaml
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from nodes.base import RoutePlan, RouteTarget
 from nodes.config import DslModel, bounded_int, choice, dsl_error, shown
@@ -195,6 +196,14 @@ class ProviderRoute(DslModel):
         return {key: getattr(self, key) for key in ROUTE_KEYS if getattr(self, key) is not None}
 
 
+def _fallback_error(
+    message_key: str, english: str, key: str, route: str, target: str
+) -> PydanticCustomError:
+    # Built directly: the message's placeholder is called `key` (the setting's
+    # path), which `dsl_error`'s own first parameter would shadow.
+    return PydanticCustomError(message_key, english, {"key": key, "route": route, "target": target})
+
+
 class BreakerSettings(DslModel):
     threshold: bounded_int(1, 1000) = DEFAULT_BREAKER_THRESHOLD  # type: ignore[valid-type]
     cooldown_s: PositiveSeconds = DEFAULT_BREAKER_COOLDOWN_S
@@ -220,23 +229,23 @@ class ModelsFile(DslModel):
         for name, route in self.providers.items():
             seen: set[str] = set()
             for target in route.fallbacks:
-                setting = f"providers.{name}.fallbacks"
+                key = f"providers.{name}.fallbacks"
                 if target != LOCAL and target not in self.providers:
-                    raise dsl_error(
+                    raise _fallback_error(
                         "dsl.models.unknownFallback",
-                        "{setting} names {target}, which is not listed under providers",
-                        setting=setting,
-                        route=name,
-                        target=target,
+                        "{key} names {target}, which is not listed under providers",
+                        key,
+                        name,
+                        target,
                     )
                 if target == name or target in seen:
-                    raise dsl_error(
+                    raise _fallback_error(
                         "dsl.models.repeatedFallback",
-                        "{setting} lists {target} twice (or the route itself); each route "
+                        "{key} lists {target} twice (or the route itself); each route "
                         "may appear once in a chain",
-                        setting=setting,
-                        route=name,
-                        target=target,
+                        key,
+                        name,
+                        target,
                     )
                 seen.add(target)
         return self
