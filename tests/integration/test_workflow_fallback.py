@@ -352,3 +352,43 @@ def test_cli_prints_fallback_events_in_json_and_as_notes(tmp_path: Path) -> None
     assert "Ask: primary failed (FirstTokenTimeoutError); switching to backup." in human.stderr
     assert "Trying" not in human.stderr  # the routine cap line stays in --json
     assert "rescued" in human.stdout
+
+
+def test_buffered_answer_text_of_a_failed_target_is_never_streamed(tmp_path: Path) -> None:
+    """The answer waits for a slower node first, so the LLM's chunks are buffered;
+    the swap drops the failed target's buffer and only the backup's text streams."""
+    flow = flow_doc(invocation={"idle_timeout_ms": 300})
+    graph = flow["workflow"]["graph"]
+    slow = {
+        "type": "llm",
+        "title": "Slow",
+        "model": {"provider": "slow", "name": "m", "mode": "chat"},
+        "prompt_template": [{"role": "user", "text": "x"}],
+    }
+    graph["nodes"].append({"id": "slow", "data": slow})
+    graph["nodes"][2]["data"]["answer"] = "{{#slow.text#}}|{{#llm.text#}}"
+    graph["edges"] += [
+        {"source": "start", "target": "slow", "sourceHandle": "source"},
+        {"source": "slow", "target": "ans", "sourceHandle": "source"},
+    ]
+    with (
+        fake.FakeLLMServer(fake.stall_after(2, seconds=30)) as primary,
+        # The backup is still streaming when the slow node finishes, so the
+        # answer flushes the LLM's buffer and then streams it live.
+        fake.FakeLLMServer(
+            fake.withhold_headers(0.6, fake.tokens(["c1", "c2"], interval=0.1))
+        ) as backup,
+        fake.FakeLLMServer(fake.tokens(["s1", "s2"], interval=0.4)) as slow_server,
+    ):
+        models = models_doc(primary, backup)
+        models["providers"]["slow"] = {
+            "kind": "openai-compatible",
+            "base_url": slow_server.base_url,
+        }
+        events = run_yaml(tmp_path, flow, models)
+    assert ("swap", "backup") in kinds(events)
+    streamed = "".join(e.text for e in of(events, ev.AnswerChunk) if e.node_id == "ans")
+    assert streamed == "s1s2|c1c2"
+    assert events[-1].outputs == {"answer": "s1s2|c1c2"}
+    live = [e for e in of(events, ev.AnswerChunk) if e.from_node_id == "llm"]
+    assert live and {e.target for e in live} == {"backup"}
