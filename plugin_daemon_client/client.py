@@ -179,34 +179,67 @@ class LLMClient:
                 raise self._status_error(response)
             finished = False
             # Hot path: a plain content token of a known frame shape skips the
-            # full JSON decode (see openai_compatible.decode_token).
+            # full JSON decode (see openai_compatible.decode_token), and the
+            # plain tokens that arrived in one read are delivered as one chunk.
             fast = openai_compatible.TokenDecoder() if self.kind == "openai-compatible" else None
-            note_token = gate.note_token
-            for payload in self._payloads(response, gate):
-                if fast is not None:
-                    text = fast(payload)
+            done = False
+            for batch in self._batches(response, gate, fast):
+                if isinstance(batch, tuple):  # a whole read of plain token frames
+                    count, joined = batch
+                    gate.note_tokens(count, joined)  # raises if the gate already ended
+                    yield LLMChunk(joined)
+                    continue
+                texts: list[str] = []
+                for payload in batch:
+                    text = fast(payload) if fast is not None else None
                     if text:
-                        note_token(text)  # raises if the gate already ended the stream
-                        yield LLMChunk(text)
+                        texts.append(text)
                         continue
-                frame = self._frame(payload, gate)
-                if frame.done:
-                    finished = True
+                    frame = self._frame(payload, gate)
+                    if frame.done:
+                        finished = done = True
+                        break
+                    if frame.text and not (frame.reasoning or frame.finish_reason or frame.usage):
+                        texts.append(frame.text)
+                        continue
+                    if texts:  # keep the order: earlier tokens before this frame
+                        yield self._deliver(texts, gate)
+                        texts = []
+                    chunk = self._accept(frame, gate)
+                    finished = finished or bool(frame.finish_reason)
+                    if chunk is not None:
+                        yield chunk
+                if texts:
+                    yield self._deliver(texts, gate)
+                if done:
                     break
-                chunk = self._accept(frame, gate)
-                finished = finished or bool(frame.finish_reason)
-                if chunk is not None:
-                    yield chunk
             self._check_clean_end(gate, finished)
 
-    def _payloads(self, response: httpx.Response, gate: Gate) -> Iterator[bytes]:
+    @staticmethod
+    def _deliver(texts: list[str], gate: Gate) -> LLMChunk:
+        text = texts[0] if len(texts) == 1 else "".join(texts)
+        gate.note_tokens(len(texts), text)  # raises if the gate already ended the stream
+        return LLMChunk(text)
+
+    def _batches(
+        self,
+        response: httpx.Response,
+        gate: Gate,
+        fast: openai_compatible.TokenDecoder | None,
+    ) -> Iterator[list[bytes] | tuple[int, str]]:
+        """Per read: its `data:` payloads, or (count, text) when the whole read
+        was plain token frames of the learned shape."""
         content_type = response.headers.get("content-type", "")
         decoder = SSEDecoder(self._max_line)
         violation: SSEViolation | None = None
         try:
             for raw in response.iter_bytes():
-                yield from decoder.feed(raw)
-            yield from decoder.close()
+                body = decoder.complete(raw)
+                if body is None:
+                    continue
+                bulk = fast.bulk(body, self._max_line) if fast is not None else None
+                yield bulk if bulk is not None else decoder.payloads_of(body)
+            yield decoder.close()
         except SSEViolation as caught:
             violation = caught
         if violation is not None:
@@ -217,7 +250,7 @@ class LLMClient:
 
     def _accept(self, frame: Frame, gate: Gate) -> LLMChunk | None:
         if frame.is_token:
-            gate.note_token(frame.text)  # raises if the gate already ended the stream
+            gate.note_tokens(1, frame.text)  # raises if the gate already ended the stream
         elif not (frame.finish_reason or frame.usage):
             return None  # role-only deltas, progress frames: nothing to deliver
         return LLMChunk(frame.text, frame.reasoning, frame.finish_reason, frame.usage)

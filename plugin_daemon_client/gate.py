@@ -200,19 +200,24 @@ class Gate:
             self._last_byte = self._clock()
 
     def note_token(self, text: str) -> None:
-        """A content token arrived: it ends the first-token phase.
+        self.note_tokens(1, text)
+
+    def note_tokens(self, count: int, text: str) -> None:
+        """`count` content tokens arrived (their joined text): the first ends the
+        first-token phase.
 
         Mutually exclusive with firing: if the gate already ended the stream,
-        the token is not delivered and the recorded reason is raised instead.
+        the tokens are not delivered and the recorded reason is raised instead.
         """
         with self._lock:
             if self._tripped is not None:
                 raise GateTripped(self._tripped)
-            if self.progress.tokens == 0:
+            progress = self.progress
+            if progress.tokens == 0:
                 self.first_token_at = self._clock()
-            self.progress.tokens += 1
+            progress.tokens += count
             if text:
-                self.progress.parts.append(text)
+                progress.parts.append(text)
 
     # --- ending a stream ---------------------------------------------------
 

@@ -33,15 +33,22 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Consume bytes; return the payloads of the complete `data:` lines."""
+        body = self.complete(chunk)
+        return [] if body is None else self.payloads_of(body)
+
+    def complete(self, chunk: bytes) -> bytes | None:
+        """Consume bytes; return the complete lines so far (without the last
+        newline) or None, keeping the unfinished line, bounded by the limit."""
         data = self._buffer + chunk if self._buffer else chunk
         end = data.rfind(b"\n") + 1
         tail = data[end:]
         if len(tail) > self._max:
             raise SSEViolation("too_large", tail)
         self._buffer = tail
-        if not end:
-            return []
-        body = data[: end - 1]
+        return data[: end - 1] if end else None
+
+    def payloads_of(self, body: bytes) -> list[bytes]:
+        """The payloads of `body`, complete lines as `complete` returns them."""
         if b"\r" not in body:
             # The common case, at C speed: every non-blank line is `data: ...`
             # and fits the limit. Anything else takes the line-by-line path.
@@ -53,6 +60,10 @@ class SSEDecoder:
             ) <= self._max:
                 return [line[6:] for line in lines]
         return self._payloads(body.split(b"\n"))
+
+    @property
+    def max_line_bytes(self) -> int:
+        return self._max
 
     def close(self) -> list[bytes]:
         """The stream ended: a last line without a newline still counts."""

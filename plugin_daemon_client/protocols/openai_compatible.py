@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from json.decoder import scanstring
 from typing import Any
 
@@ -49,6 +50,8 @@ _CONTENT_KEY = '"content":"'
 _SENTINEL = "\\u0000firstgate\\u0000"  # a JSON string body no real token carries
 _SENTINEL_VALUE = "\x00firstgate\x00"
 _MAX_SKELETONS = 256
+# What a JSON string body may not hold for `TokenDecoder.bulk` to take it as it is.
+_UNSAFE_IN_BULK = re.compile(rb'["\\\x00-\x1f]')
 # skeleton -> where the content token starts; only plain token frames are kept.
 _skeletons: dict[str, int] = {}
 
@@ -93,13 +96,56 @@ class TokenDecoder:
     a frame of that shape costs one UTF-8 decode, two comparisons and the string
     scan of its content, without building a skeleton."""
 
-    __slots__ = ("_prefix", "_start", "_suffix", "_tail")
+    __slots__ = ("_prefix", "_start", "_suffix", "_tail", "_head", "_end", "_sep", "_overhead")
 
     def __init__(self) -> None:
         self._prefix: str | None = None
         self._start = 0
         self._suffix = ""
         self._tail = 0
+        # The learned shape as bytes, for `bulk`: before, after and between contents.
+        self._head: bytes | None = None
+        self._end = b""
+        self._sep = b""
+        self._overhead = 0
+
+    def bulk(self, body: bytes, max_line: int) -> tuple[int, str] | None:
+        """(count, joined text) when an SSE `body` (complete lines) is nothing but
+        plain token frames of the learned shape in the usual layout (one blank
+        line after each), else None (use the frame path).
+
+        At C speed: the body must be, byte for byte, `data: PREFIX"c1"SUFFIX`,
+        a blank line, `data: PREFIX"c2"SUFFIX` ..., and no content may hold a
+        quote, a backslash or a control character. Then every content is a
+        complete JSON string needing no unescaping, and every line is a frame
+        `decode` would accept as a plain token.
+        """
+        head = self._head
+        if head is None:
+            return None
+        if body[:1] == b"\n":  # the blank line that ended the previous read's last frame
+            body = body[1:]
+        end = self._end  # SUFFIX + blank line
+        # Complete the last frame's blank line, then cut after every frame.
+        whole = body + (b"\n" if body[-1:] == b"\n" else b"\n\n")
+        pieces = whole.split(end)
+        if pieces.pop() != b"" or not pieces:
+            return None
+        skip = len(head)
+        contents = [piece[skip:] for piece in pieces]
+        joined = b"".join(contents)
+        if (
+            _UNSAFE_IN_BULK.search(joined)
+            or b"" in contents
+            or max(map(len, contents)) + self._overhead > max_line
+            # The exact layout, byte for byte: every piece began with the head.
+            or head + self._sep.join(contents) + end != whole
+        ):
+            return None
+        try:
+            return len(contents), joined.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
 
     def __call__(self, payload: bytes) -> str | None:
         prefix = self._prefix
@@ -125,6 +171,12 @@ class TokenDecoder:
         self._prefix, self._start = skeleton[:start], start
         self._suffix = skeleton[start:]
         self._tail = len(self._suffix)
+        prefix = self._prefix.encode("utf-8", "surrogatepass")
+        suffix = self._suffix.encode("utf-8", "surrogatepass")
+        self._head = b"data: " + prefix + b'"'
+        self._end = b'"' + suffix + b"\n\n"
+        self._sep = self._end + self._head
+        self._overhead = len(self._head) + len(self._end) - 2
         return content
 
 
