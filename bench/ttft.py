@@ -27,7 +27,9 @@ PARAMS = {"temperature": 0, "max_tokens": 8, "seed": 1}
 
 
 def raw_ttft(port: int) -> float:
-    """A bare socket: send the request, read until the first non-empty content delta."""
+    """A bare socket: send the request, note the first non-empty content delta,
+    then read the reply to its end like the runtime does (with one slot, a reply
+    abandoned mid-way would make the *next* request wait for the slot)."""
     body = json.dumps(
         {
             "model": "smollm2",
@@ -41,6 +43,7 @@ def raw_ttft(port: int) -> float:
         f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode() + body
+    first: float | None = None
     start = time.perf_counter()
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(request)
@@ -48,7 +51,9 @@ def raw_ttft(port: int) -> float:
         while True:
             data = sock.recv(65536)
             if not data:
-                raise RuntimeError("no token")
+                break
+            if first is not None:
+                continue
             buffer += data
             while b"\n" in buffer:
                 row, buffer = buffer.split(b"\n", 1)
@@ -56,7 +61,11 @@ def raw_ttft(port: int) -> float:
                     doc = json.loads(row[6:])
                     choices = doc.get("choices") or [{}]
                     if (choices[0].get("delta") or {}).get("content"):
-                        return time.perf_counter() - start
+                        first = time.perf_counter() - start
+                        break
+    if first is None:
+        raise RuntimeError("no token")
+    return first
 
 
 def flow() -> dict[str, Any]:
