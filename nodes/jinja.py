@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import Template, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
 from nodes.base import NodeRunError
@@ -16,9 +17,16 @@ MAX_OUTPUT_CHARS = 400_000
 _ENV = SandboxedEnvironment(autoescape=False, keep_trailing_newline=True)
 
 
+@lru_cache(maxsize=512)
+def _compiled(template: str) -> Template:
+    # Compiling costs far more than rendering; a workflow renders the same
+    # templates on every run. Compiled templates are safe to share across threads.
+    return _ENV.from_string(template)
+
+
 def render_jinja(template: str, variables: Mapping[str, Any]) -> str:
     try:
-        text = _ENV.from_string(template).render(**variables)
+        text = _compiled(template).render(**variables)
     except TemplateError as exc:
         raise NodeRunError(
             "dsl.node.templateError",
