@@ -175,10 +175,15 @@ class Gate:
         return best
 
     def attach(self, sock: socket.socket | None) -> None:
-        """Remember the socket a cancel must shut down; raise if already ended."""
-        with self._lock:
+        """Remember the socket a cancel must shut down; raise if already ended.
+
+        No lock on this per-read path: we store the socket, then look for a
+        trip; `cancel` records the trip, then looks for the socket. Whichever
+        runs second sees the other's write, so a cancel is never missed.
+        """
+        if self._sock is not sock:
             self._sock = sock
-            tripped = self._tripped
+        tripped = self._tripped
         if tripped is not None:
             raise GateTripped(tripped)
 
