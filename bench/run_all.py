@@ -21,7 +21,7 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.throughput", ["--frames=100000", "--rounds=3"], True),
     ("bench.concurrency", ["--streams=1000", "--shards=16"], False),  # always gevent
     ("bench.engine", ["--repeat=5"], False),
-    ("bench.ttft", ["--runs=15"], False),
+    ("bench.ttft", ["--runs=31"], False),
 ]
 QUICK = {
     "bench.deadline": ["--trials=10"],
