@@ -27,6 +27,7 @@ from runtime.local_server import (
     PortInUseError,
     local_server,
 )
+from tests.e2e.signals import default_sigint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -275,6 +276,7 @@ def test_killing_the_parent_leaves_no_orphan(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     try:
         assert child.stdout is not None
@@ -314,6 +316,7 @@ def test_ctrl_c_during_start_stops_the_server(tmp_path: Path) -> None:
         cwd=REPO,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     try:
         deadline = time.monotonic() + 10

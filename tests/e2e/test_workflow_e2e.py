@@ -27,6 +27,7 @@ import yaml
 from runtime import ModelRoutes, load_workflow
 from runtime import events as ev
 from runtime.model_routes import ModelsFile, ProviderRoute
+from tests.e2e.signals import default_sigint
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = "river stone cloud green seven table light north paper glass field morning".split()
@@ -226,6 +227,7 @@ def test_cli_abort_during_prompt_evaluation_returns_promptly(
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=default_sigint,
         text=True,
     )
     lines: list[str] = []
