@@ -39,8 +39,15 @@ def routes(base_root: str) -> ModelRoutes:
     return ModelRoutes(
         ModelsFile(
             providers={
+                # No liveness probe: the hostile server would answer GET /slots with a
+                # hostile scenario too, and a stalled probe legitimately delays the
+                # first-token error by up to the probe timeout (tested in
+                # tests/integration/test_watchdog.py); here deadlines must fire on time.
                 "oa": ProviderRoute(
-                    kind="openai-compatible", base_url=f"{base_root}/v1", api_key_env=OPENAI_KEY_ENV
+                    kind="openai-compatible",
+                    base_url=f"{base_root}/v1",
+                    api_key_env=OPENAI_KEY_ENV,
+                    probe="off",
                 ),
                 "pd": ProviderRoute(
                     kind="plugin-daemon",

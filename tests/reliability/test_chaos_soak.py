@@ -61,11 +61,9 @@ def check_error(error: BaseException, kind: str) -> None:
         assert error.deadline == deadline, (kind, error.deadline)
         budget = BUDGET_OF[deadline]
         elapsed = error.progress.elapsed_s
-        # Never early, never hung. Lateness is asserted tightly in test_under_load;
-        # here it is only a sanity bound: OPEN ISSUE (issue 7 report) - inside this
-        # soak a few withhold/silence attempts fire ~1.5 s late (their first read
-        # returns only after the 0.3 s bound), never in isolation.
-        assert budget - 0.005 <= elapsed <= 10.0, (kind, elapsed, error.progress)
+        # Never early, and well before twice the budget (plus scheduling slack for
+        # 24 parallel runs on 2 cores).
+        assert budget - 0.005 <= elapsed < 2 * budget + 0.25, (kind, elapsed, error.progress)
         if kind == "withhold_headers":
             assert not error.progress.headers_received
         elif kind in ("headers_then_silence", "pings_forever", "role_then_stall"):
