@@ -20,14 +20,13 @@ tests count probe requests at the server.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from tests.fakes.llm_server import Conn, RecordedRequest, Scenario, _Stopped
+from tests.fakes.llm_server import Conn, FakeLLMServer, RecordedRequest, Scenario
 
 State = Literal["busy", "idle", "error", "slow", "malformed", "missing", "redirect"]
 
@@ -163,8 +162,6 @@ class ProbeServer:
     chat: Scenario | None = None
     metrics_flavor: Literal["llama.cpp", "vllm"] = "llama.cpp"
     framing: str = "chunked"
-    requests: list[RecordedRequest] = field(default_factory=list)
-    errors: list[BaseException] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._endpoints: dict[str, _Endpoint] = {}
@@ -176,96 +173,54 @@ class ProbeServer:
             if behaviour is not None:
                 self._endpoints[path] = _Endpoint(behaviour)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(128)
-        self.port: int = self._listener.getsockname()[1]
-        self._conns: list[socket.socket] = []
-        self._threads: list[threading.Thread] = []
-        self._acceptor = threading.Thread(target=self._accept_loop, daemon=True)
+        # The socket side is the chat fake's: one thread per connection, every
+        # request recorded; this class only routes the status paths.
+        self._server = FakeLLMServer([self._route], framing=self.framing)
+
+    @property
+    def port(self) -> int:
+        return self._server.port
 
     @property
     def root_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self._server.root_url
 
     @property
     def base_url(self) -> str:
-        return f"{self.root_url}/v1"
+        return self._server.base_url
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        return self._server.requests
+
+    @property
+    def errors(self) -> list[BaseException]:
+        return self._server.errors
 
     def count(self, path: str) -> int:
-        with self._lock:
-            return sum(1 for r in self.requests if r.path.split("?")[0] == path)
+        return sum(1 for r in list(self.requests) if r.path.split("?")[0] == path)
 
     def probe_requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return [r for r in self.requests if r.path.split("?")[0] in _STATUS_PATHS]
+        return [r for r in list(self.requests) if r.path.split("?")[0] in _STATUS_PATHS]
 
     def __enter__(self) -> ProbeServer:
-        self._acceptor.start()
+        self._server.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def stop(self) -> None:
-        self._stop.set()
-        try:
-            self._listener.close()
-        except OSError:
-            pass
-        with self._lock:
-            conns = list(self._conns)
-        for sock in conns:
-            try:
-                sock.close()
-            except OSError:
-                pass
-        self._acceptor.join(timeout=2)
-        for thread in self._threads:
-            thread.join(timeout=2)
+        self._server.stop()
 
-    def _accept_loop(self) -> None:
-        self._listener.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                sock, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            sock.settimeout(None)
-            with self._lock:
-                self._conns.append(sock)
-            thread = threading.Thread(target=self._serve, args=(sock,), daemon=True)
-            self._threads.append(thread)
-            thread.start()
-
-    def _serve(self, sock: socket.socket) -> None:
-        try:
-            request = _read_request(sock)
-            if request is None:
-                return
-            with self._lock:
-                self.requests.append(request)
-            conn = Conn(sock, request, self.framing, self._stop)
-            path = request.path.split("?")[0]
-            if path in _STATUS_PATHS:
-                self._status(conn, path)
-            elif self.chat is not None:
-                self.chat(conn)
-            else:
-                _plain(conn, 404, "text/plain", b"not found")
-        except (_Stopped, OSError):
-            pass
-        except BaseException as exc:  # surfaced to tests through .errors
-            self.errors.append(exc)
-        finally:
-            try:
-                sock.close()
-            except OSError:
-                pass
+    def _route(self, conn: Conn) -> None:
+        path = conn.request.path.split("?")[0]
+        if path in _STATUS_PATHS:
+            self._status(conn, path)
+        elif self.chat is not None:
+            self.chat(conn)
+        else:
+            _plain(conn, 404, "text/plain", b"not found")
 
     def _status(self, conn: Conn, path: str) -> None:
         with self._lock:
@@ -323,26 +278,3 @@ def _plain(
     ]
     conn.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
     conn.close()
-
-
-def _read_request(sock: socket.socket) -> RecordedRequest | None:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return None
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        key, _, value = line.partition(":")
-        headers[key.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return RecordedRequest(method, path, headers, body)
