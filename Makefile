@@ -25,7 +25,7 @@ test-threads: model
 test-gevent: model
 	FIRSTGATE_GEVENT=1 $(BIN)/python tests/run_gevent.py -q tests/integration
 
-test: test-threads test-gevent
+test: lint test-threads test-gevent
 
 lint: setup
 	$(BIN)/ruff check .
