@@ -195,7 +195,12 @@ class LLMClient:
                     if text:
                         texts.append(text)
                         continue
-                    frame = self._frame(payload, gate)
+                    try:
+                        frame = self._frame(payload, gate)
+                    except FirstGateError:
+                        if texts:  # tokens before the bad frame are delivered, never lost
+                            yield self._deliver(texts, gate)
+                        raise
                     if frame.done:
                         finished = done = True
                         break
@@ -288,6 +293,9 @@ class LLMClient:
     def _frame(self, payload: bytes, gate: Gate) -> Frame:
         try:
             return self._decode(payload)
+        except errors.InvokeError as refusal:  # an error frame mid-stream
+            refusal.progress = self._progress(gate)
+            raise
         except FrameError as bad:
             excerpt = f"{bad.reason}: {errors.excerpt(bad.raw, self._secrets)}"
         # Raised outside the except block: the FrameError holds the raw payload

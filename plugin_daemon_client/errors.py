@@ -221,7 +221,17 @@ class InvokeError(FirstGateError):
     ) -> None:
         self.status = status
         self.retry_after_s = retry_after_s
+        # Set when the refusal came mid-stream (an error frame): what had arrived.
+        self.progress: StreamProgress | None = None
         super().__init__(message_key, **params)
+
+    @property
+    def partial_text(self) -> str:
+        return self.progress.partial_text if self.progress else ""
+
+    @property
+    def tokens(self) -> int:
+        return self.progress.tokens if self.progress else 0
 
 
 class RateLimitError(InvokeError):

@@ -240,3 +240,28 @@ def test_cancel_after_the_last_token_is_still_a_cancel() -> None:
             gate.cancel("too late to matter?")
             with pytest.raises(E.StreamCancelledError):
                 list(stream)
+
+
+def test_an_error_frame_mid_stream_keeps_what_had_arrived() -> None:
+    def frame(doc: object) -> bytes:
+        return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+    def scenario(conn: fake.Conn) -> None:
+        conn.send_headers()
+        conn.token("warm ")  # the shape is learned: the next tokens could take the fast path
+        conn.sleep(0.05)
+        token = {"choices": [{"index": 0, "delta": {"content": "half "}, "finish_reason": None}]}
+        error = {"error": {"code": 503, "message": "model unloaded"}}
+        conn.send(frame(token) + frame(token) + frame(error))  # one write, one read
+        conn.end()
+
+    delivered: list[str] = []
+    with fake.FakeLLMServer([scenario]) as srv:
+        with pytest.raises(E.ServerUnavailableError) as info:
+            with first_token_gate(first_token_timeout=5):
+                for chunk in client_for(srv).invoke_llm("m", MESSAGES):
+                    delivered.append(chunk.text)
+    result = info.value
+    assert "".join(delivered) == "warm half half "  # nothing that arrived is lost
+    assert result.partial_text == "warm half half " and result.tokens == 3
+    assert "model unloaded" in str(result)
