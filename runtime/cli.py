@@ -9,13 +9,17 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 import locales
 from nodes.start import InputError
 from runtime import events as ev
+from runtime.engine import WorkflowRun
 from runtime.loader import load_workflow
 from runtime.messages import render_error
 from runtime.model_routes import ModelRoutes, RouteError, load_models
@@ -121,23 +125,40 @@ def cmd_run(args: argparse.Namespace, locale: str) -> int:
         return _invalid(exc, locale, args.json)
     view = None if args.json else HumanView(locale)
     final: ev.Event | None = None
-    events = iter(run)
-    while True:
-        try:
-            event = next(events)
-        except StopIteration:
-            break
-        except KeyboardInterrupt:
-            run.abort("interrupted")  # then keep iterating: the run reports how it ended
-            continue
-        if view is None:
-            print(json_line(event), flush=True)
-        else:
-            view.show(event)
-        final = event
+    with _ctrl_c_aborts(run):
+        for event in run:  # after an abort the run still reports how it ended
+            if view is None:
+                print(json_line(event), flush=True)
+            else:
+                view.show(event)
+            final = event
     if isinstance(final, ev.WorkflowSucceeded | ev.WorkflowPartialSucceeded):
         return EXIT_OK
     return EXIT_FAILED
+
+
+@contextlib.contextmanager
+def _ctrl_c_aborts(run: WorkflowRun) -> Iterator[None]:
+    """Ctrl-C aborts the run (cancelling in-flight streams) instead of raising
+    KeyboardInterrupt inside the event iterator, which would end the iteration
+    before the run could report its end. A second Ctrl-C interrupts at once."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield  # not ours to take over (embedded, or Ctrl-C deliberately ignored)
+        return
+
+    def on_ctrl_c(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # Not inline: the handler may run while this thread holds a lock abort needs.
+        threading.Thread(target=run.abort, args=("interrupted",), daemon=True).start()
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

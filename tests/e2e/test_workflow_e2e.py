@@ -246,6 +246,7 @@ def test_cli_abort_during_prompt_evaluation_returns_promptly(
     assert returned_after < 1.0, (returned_after, lines[-3:])
     assert proc.returncode != 0
     assert not any('"node_chunk"' in line for line in lines)
+    assert '"workflow_aborted"' in lines[-1]  # the run reported its end
     # The server stays healthy: it answers the next request.
     assert httpx.get(f"{llama_server.root_url}/health", timeout=10).status_code == 200
     events = run_flow(llama_server, 120_000, "Hi.", max_tokens=8)
