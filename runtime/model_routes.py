@@ -182,6 +182,12 @@ class ProviderRoute(DslModel):
             raise dsl_error(
                 "dsl.models.baseUrl", "base_url is required for kind {kind}", kind=self.kind
             )
+        if self.base_url and not self.base_url.startswith(("http://", "https://")):
+            raise dsl_error(
+                "dsl.models.baseUrlScheme",
+                "base_url must start with http:// or https://, got {value}",
+                value=repr(self.base_url[:80]),
+            )
         return self
 
     @property

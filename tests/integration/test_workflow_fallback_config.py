@@ -140,3 +140,9 @@ def test_cli_reports_a_bad_fallback_as_invalid_input(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "providers.primary.fallbacks names ghost" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_base_url_without_http_scheme_is_located(tmp_path: Path) -> None:
+    (message,) = problems(tmp_path, {"primary": {**BASE, "base_url": "127.0.0.1:8080/v1"}})
+    assert "providers.primary" in message and "base_url" in message
+    assert "http://" in message and "127.0.0.1:8080/v1" in message
