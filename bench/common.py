@@ -9,6 +9,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from tests.fakes.llm_server import SubprocessServer
+
 GEVENT_FLAG = "--gevent"
 
 
@@ -110,57 +112,9 @@ def machine() -> dict[str, str]:
     return facts
 
 
-class ServerProcess:
+class ServerProcess(SubprocessServer):
     """`python -m bench.servers MODE ARGS` in a child process; it prints `PORT n` and
     serves until its stdin closes."""
 
     def __init__(self, *args: str) -> None:
-        self.args = list(args)
-        self.port = 0
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def root_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.root_url}/v1"
-
-    @property
-    def pid(self) -> int:
-        assert self._proc is not None
-        return self._proc.pid
-
-    def __enter__(self) -> ServerProcess:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.servers", *self.args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            cwd=root,
-            env=env,
-        )
-        assert self._proc.stdout is not None
-        first = self._proc.stdout.readline().decode()
-        if not first.startswith("PORT "):
-            self.__exit__()
-            raise RuntimeError(f"bench server did not start: {first!r}")
-        self.port = int(first.split()[1])
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            assert proc.stdin is not None
-            proc.stdin.close()
-            proc.wait(timeout=10)
-        except Exception:  # noqa: BLE001 - make sure it is gone
-            proc.kill()
-            proc.wait(timeout=10)
-        finally:
-            if proc.stdout is not None:
-                proc.stdout.close()
+        super().__init__(*args, module="bench.servers")

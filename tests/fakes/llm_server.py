@@ -637,12 +637,19 @@ def stall_marked(marker: str, stall: float, texts: Sequence[str], interval: floa
 
 
 class SubprocessServer:
-    """`python -m tests.fakes.llm_server ARGS` in a child process; exits with its stdin."""
+    """`python -m MODULE ARGS` in a child process (by default this module); the
+    child prints `PORT n` once it listens and exits when its stdin closes."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, module: str = "tests.fakes.llm_server") -> None:
         self.args = list(args)
+        self.module = module
         self.port = 0
         self._proc: Any = None
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return int(self._proc.pid)
 
     @property
     def root_url(self) -> str:
@@ -661,7 +668,7 @@ class SubprocessServer:
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fakes.llm_server", *self.args],
+            [sys.executable, "-m", self.module, *self.args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=root,
@@ -670,7 +677,7 @@ class SubprocessServer:
         line = self._proc.stdout.readline().decode()
         if not line.startswith("PORT "):
             self.__exit__()
-            raise RuntimeError(f"fake server did not start: {line!r}")
+            raise RuntimeError(f"{self.module} did not start: {line!r}")
         self.port = int(line.split()[1])
         return self
 
