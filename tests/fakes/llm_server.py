@@ -369,6 +369,9 @@ class FakeLLMServer:
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(128)
+        # Set here, not in the accept thread: a server stopped at once closes the
+        # listener before that thread runs.
+        self._listener.settimeout(0.1)
         self.port = self._listener.getsockname()[1]
         self._conns: list[socket.socket] = []
         self._threads: list[threading.Thread] = []
@@ -410,7 +413,6 @@ class FakeLLMServer:
             thread.join(timeout=2)
 
     def _accept_loop(self) -> None:
-        self._listener.settimeout(0.1)
         while not self._stop.is_set():
             try:
                 sock, _ = self._listener.accept()
