@@ -16,7 +16,15 @@ import time  # noqa: E402
 
 import httpx  # noqa: E402
 
-from bench.common import ServerProcess, header, line, ms, percentile, ratio  # noqa: E402
+from bench.common import (  # noqa: E402
+    ServerProcess,
+    header,
+    line,
+    ms,
+    one_llm_flow,
+    percentile,
+    ratio,
+)
 from plugin_daemon_client import LLMClient, first_token_gate  # noqa: E402
 from plugin_daemon_client.errors import FirstGateError  # noqa: E402
 from runtime import events as ev  # noqa: E402
@@ -100,29 +108,7 @@ def close_baseline(url: str) -> float | None:
 
 
 def flow() -> dict:
-    return {
-        "version": "0.1.5",
-        "kind": "app",
-        "app": {"name": "cancel", "mode": "advanced-chat"},
-        "workflow": {
-            "graph": {
-                "nodes": [
-                    {"id": "start", "data": {"type": "start", "title": "s", "variables": []}},
-                    {
-                        "id": "llm",
-                        "data": {
-                            "type": "llm",
-                            "title": "llm",
-                            "model": {"provider": "bench", "name": "m", "mode": "chat"},
-                            "prompt_template": [{"role": "user", "text": "{{#sys.query#}}"}],
-                            "invocation": {"first_token_timeout_ms": 30000},
-                        },
-                    },
-                ],
-                "edges": [{"source": "start", "target": "llm"}],
-            }
-        },
-    }
+    return one_llm_flow("cancel", provider="bench", model="m", first_token_timeout_ms=30000)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ import platform
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from tests.fakes.llm_server import SubprocessServer
 
@@ -118,3 +119,40 @@ class ServerProcess(SubprocessServer):
 
     def __init__(self, *args: str) -> None:
         super().__init__(*args, module="bench.servers")
+
+
+def one_llm_flow(
+    name: str,
+    *,
+    provider: str,
+    model: str,
+    first_token_timeout_ms: int,
+    completion_params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An advanced-chat DSL document: start -> one LLM node answering sys.query."""
+    llm = {
+        "type": "llm",
+        "title": "llm",
+        "model": {
+            "provider": provider,
+            "name": model,
+            "mode": "chat",
+            "completion_params": completion_params or {},
+        },
+        "prompt_template": [{"role": "user", "text": "{{#sys.query#}}"}],
+        "invocation": {"first_token_timeout_ms": first_token_timeout_ms},
+    }
+    return {
+        "version": "0.1.5",
+        "kind": "app",
+        "app": {"name": name, "mode": "advanced-chat"},
+        "workflow": {
+            "graph": {
+                "nodes": [
+                    {"id": "start", "data": {"type": "start", "title": "s", "variables": []}},
+                    {"id": "llm", "data": llm},
+                ],
+                "edges": [{"source": "start", "target": "llm"}],
+            }
+        },
+    }

@@ -17,7 +17,7 @@ import socket  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
-from bench.common import header, line, ms, percentile  # noqa: E402
+from bench.common import header, line, ms, one_llm_flow, percentile  # noqa: E402
 from runtime import events as ev  # noqa: E402
 from runtime import load_workflow  # noqa: E402
 from runtime.model_routes import ModelRoutes, ModelsFile, ProviderRoute  # noqa: E402
@@ -69,34 +69,13 @@ def raw_ttft(port: int) -> float:
 
 
 def flow() -> dict[str, Any]:
-    return {
-        "version": "0.1.5",
-        "kind": "app",
-        "app": {"name": "ttft", "mode": "advanced-chat"},
-        "workflow": {
-            "graph": {
-                "nodes": [
-                    {"id": "start", "data": {"type": "start", "title": "s", "variables": []}},
-                    {
-                        "id": "llm",
-                        "data": {
-                            "type": "llm",
-                            "title": "llm",
-                            "model": {
-                                "provider": "llama",
-                                "name": "smollm2",
-                                "mode": "chat",
-                                "completion_params": PARAMS,
-                            },
-                            "prompt_template": [{"role": "user", "text": "{{#sys.query#}}"}],
-                            "invocation": {"first_token_timeout_ms": 60000},
-                        },
-                    },
-                ],
-                "edges": [{"source": "start", "target": "llm"}],
-            }
-        },
-    }
+    return one_llm_flow(
+        "ttft",
+        provider="llama",
+        model="smollm2",
+        first_token_timeout_ms=60000,
+        completion_params=PARAMS,
+    )
 
 
 def runtime_ttft(workflow: Any, routes: ModelRoutes) -> float:
