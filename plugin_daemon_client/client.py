@@ -179,7 +179,7 @@ class LLMClient:
                 raise self._status_error(response)
             finished = False
             # Hot path: a plain content token of a known frame shape skips the
-            # full JSON decode (see openai_compatible.decode_token), and the
+            # full JSON decode (see openai_compatible.TokenDecoder), and the
             # plain tokens that arrived in one read are delivered as one chunk.
             fast = openai_compatible.TokenDecoder() if self.kind == "openai-compatible" else None
             done = False

@@ -340,9 +340,10 @@ def map_transport_exception(
     re-raises it unchanged.
     """
     detail = redact(str(exc) or type(exc).__name__, secrets)
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpcore.ConnectError):
-        return ConnectError(url=redact(url, secrets), detail=detail)
-    if isinstance(exc, httpcore.ConnectTimeout):
+    if isinstance(
+        exc,
+        httpx.ConnectError | httpx.ConnectTimeout | httpcore.ConnectError | httpcore.ConnectTimeout,
+    ):
         return ConnectError(url=redact(url, secrets), detail=detail)
     if isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException):
         # The caller's own httpx read timeout (not a gate deadline).

@@ -121,7 +121,6 @@ class Gate:
         self._fired: str | None = None
         self._sock: socket.socket | None = None
         self.extensions = 0
-        self.first_token_at: float | None = None
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -132,7 +131,6 @@ class Gate:
             self._started = now
             self.progress = StreamProgress()
             self._last_byte = None
-            self.first_token_at = None
             self.extensions = 0
             ft, cap, ceiling = (
                 self.budgets.first_token,
@@ -204,9 +202,6 @@ class Gate:
             self.progress.bytes_received += count
             self._last_byte = self._clock()
 
-    def note_token(self, text: str) -> None:
-        self.note_tokens(1, text)
-
     def note_tokens(self, count: int, text: str) -> None:
         """`count` content tokens arrived (their joined text): the first ends the
         first-token phase.
@@ -218,8 +213,6 @@ class Gate:
             if self._tripped is not None:
                 raise GateTripped(self._tripped)
             progress = self.progress
-            if progress.tokens == 0:
-                self.first_token_at = self._clock()
             progress.tokens += count
             if text:
                 progress.parts.append(text)

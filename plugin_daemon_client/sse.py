@@ -61,10 +61,6 @@ class SSEDecoder:
                 return [line[6:] for line in lines]
         return self._payloads(body.split(b"\n"))
 
-    @property
-    def max_line_bytes(self) -> int:
-        return self._max
-
     def close(self) -> list[bytes]:
         """The stream ended: a last line without a newline still counts."""
         tail, self._buffer = self._buffer, b""

@@ -38,7 +38,7 @@ def build_request(
 # --- the hot path ------------------------------------------------------------
 #
 # A server streams thousands of frames that differ only in the delta's content
-# string. `decode_token` recognises such a frame by its *skeleton* (the payload
+# string. `TokenDecoder` recognises such a frame by its *skeleton* (the payload
 # with the content string token cut out) and decodes only that string token,
 # with the JSON parser's own string scanner. A skeleton is learned from a frame
 # that `decode` fully parsed, and only after a parse of the skeleton with a
@@ -76,25 +76,11 @@ def _split(payload: bytes) -> tuple[str, int, str] | None:
     return text[:start] + text[end:], start, content
 
 
-def decode_token(payload: bytes) -> str | None:
-    """The text of a plain content-token frame of a known shape, else None.
-
-    Equivalent to `decode(payload)` returning `Frame(text=<non-empty>)` with no
-    reasoning, finish reason or usage; None means "use `decode`".
-    """
-    split = _split(payload)
-    if split is None:
-        return None
-    skeleton, start, content = split
-    if content and _skeletons.get(skeleton) == start:
-        return content
-    return None
-
-
 class TokenDecoder:
-    """`decode_token` for one stream, remembering the shape of its last token frame:
-    a frame of that shape costs one UTF-8 decode, two comparisons and the string
-    scan of its content, without building a skeleton."""
+    """The text of a plain content-token frame of a learned shape, else None (use
+    `decode`). Per stream, it remembers the shape of its last token frame: a frame
+    of that shape costs one UTF-8 decode, two comparisons and the string scan of
+    its content, without building a skeleton."""
 
     __slots__ = ("_prefix", "_start", "_suffix", "_tail", "_head", "_end", "_sep", "_overhead")
 

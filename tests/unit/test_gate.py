@@ -43,7 +43,7 @@ def test_first_token_phase_binds_first_token_then_idle() -> None:
     clock.now = 105
     gate.note_bytes(10)  # pings do not end the first-token phase
     assert gate.next_deadline() == (110.0, "first_token")
-    gate.note_token("hi")
+    gate.note_tokens(1, "hi")
     assert gate.next_deadline() == (107.0, "idle")
     clock.now = 159
     gate.note_bytes(1)
@@ -58,7 +58,7 @@ def test_no_idle_deadline_before_the_first_token() -> None:
 
 def test_a_delivered_token_disarms_the_first_token_deadline() -> None:
     gate, clock = make_gate(first_token_timeout=1)
-    gate.note_token("x")
+    gate.note_tokens(1, "x")
     clock.now = 200
     gate.expire("first_token")  # must not raise: a token won
     assert gate.tripped is None and gate.fired is None
@@ -71,13 +71,13 @@ def test_a_fired_deadline_refuses_later_tokens() -> None:
         gate.expire("first_token")
     assert isinstance(info.value.error, E.FirstTokenTimeoutError)
     with pytest.raises(GateTripped):
-        gate.note_token("too late")
+        gate.note_tokens(1, "too late")
     assert gate.progress.tokens == 0  # never both delivered and timed out
 
 
 def test_cancel_records_the_reason_first_and_wins_over_later_deadlines() -> None:
     gate, clock = make_gate(first_token_timeout=1)
-    gate.note_token("a")
+    gate.note_tokens(1, "a")
     gate.cancel("workflow aborted")
     clock.now = 500
     with pytest.raises(GateTripped) as info:
