@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from locales.localized_error import LocalizedError
 from nodes.cancel import CancelToken
 from nodes.selectors import Selector, TextSegment, parse_template
 
@@ -78,20 +79,22 @@ class RoutePlan:
         return (self.primary, *self.fallbacks)
 
 
-class RoutePlanner(ClientProvider, Protocol):
-    """A client provider that also knows routes, probes and fallback chains."""
+@runtime_checkable
+class RoutePlanner(Protocol):
+    """Knows routes, probes and fallback chains (the runtime's `RouteClients`)."""
 
     def plan_for(self, provider: str) -> RoutePlan: ...
 
 
-def plan_for(clients: ClientProvider, provider: str) -> RoutePlan:
+# What serves a run's LLM nodes: the runtime's routes, or an embedder's own clients.
+Clients = ClientProvider | RoutePlanner
+
+
+def plan_for(clients: Clients, provider: str) -> RoutePlan:
     """The route plan for `provider`; a plain client provider gets a single target
     with no probe and no route settings (the budget formula still applies)."""
-    planner = getattr(clients, "plan_for", None)
-    if callable(planner):
-        plan = planner(provider)
-        if isinstance(plan, RoutePlan):
-            return plan
+    if isinstance(clients, RoutePlanner):
+        return clients.plan_for(provider)
     return RoutePlan(RouteTarget(provider, clients.client_for(provider)))
 
 
@@ -115,13 +118,8 @@ def _ignore_event(event: Any) -> None:
     return None
 
 
-class NodeRunError(Exception):
-    """A node failed for a reason of its own (not the transport's): carries a message key."""
-
-    def __init__(self, message_key: str, english: str, **params: Any) -> None:
-        super().__init__(english)
-        self.message_key = message_key
-        self.params = params
+class NodeRunError(LocalizedError):
+    """A node failed for a reason of its own (not the transport's)."""
 
 
 @dataclass(slots=True)
@@ -138,7 +136,7 @@ class NodeContext:
     emit_wait: WaitSink = _ignore_wait
     # A `plugin_daemon_client.fallback.FallbackEvent`: swaps, caps, skips, budget stops.
     emit_fallback: Callable[[Any], None] = _ignore_event
-    clients: ClientProvider | None = None
+    clients: Clients | None = None
     inputs: Mapping[str, Any] = field(default_factory=dict)
 
 

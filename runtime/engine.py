@@ -17,18 +17,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.base import ClientProvider, NodeContext
+from nodes.base import Clients, NodeContext
 from nodes.cancel import CancelToken
 from runtime import events as ev
 from runtime.answer_stream import AnswerStreamer, Piece
 from runtime.error_handler import Outcome, Status, error_type, execute
-from runtime.graph import NodeDef
+from runtime.graph import Graph, NodeDef
 from runtime.limits import Deadline, LimitExceededError, RunLimits, steps_exceeded, time_exceeded
-from runtime.model_routes import RouteClients
+from runtime.route_clients import RouteClients
 from runtime.scheduler import Scheduler
 from runtime.variable_pool import VariablePool
 from runtime.worker_pool import WorkerPool
-from runtime.workflow import Workflow
 
 # How long a stopped run waits for its in-flight nodes to notice the cancel.
 DRAIN_GRACE_S = 5.0
@@ -52,17 +51,19 @@ class WorkflowRun:
 
     def __init__(
         self,
-        workflow: Workflow,
+        graph: Graph,
         inputs: dict[str, Any],
         *,
+        environment: dict[str, Any],
+        providers: set[str],
         query: str,
-        clients: ClientProvider,
+        clients: Clients,
         limits: RunLimits,
         max_workers: int,
         run_id: str,
     ) -> None:
-        self.workflow = workflow
-        self.graph = workflow.graph
+        self.graph = graph
+        self.providers = providers  # of the LLM nodes the run can reach
         self.inputs = inputs
         self.run_id = run_id
         self.limits = limits
@@ -79,7 +80,7 @@ class WorkflowRun:
                 "conversation_id": "",
                 "dialogue_count": 0,
             },
-            workflow.environment,
+            environment,
         )
         self.scheduler = Scheduler(self.graph)
         self.streamer = AnswerStreamer(self.graph, self.scheduler, self.pool)
@@ -146,7 +147,7 @@ class WorkflowRun:
             deadline.start()
             try:
                 if isinstance(self.clients, RouteClients) and self.clients.needs_local(
-                    self.workflow.llm_providers()
+                    self.providers
                 ):
                     # Started here, in the caller's thread, so the server dies with us.
                     self.clients.start_local()
