@@ -16,7 +16,7 @@ from nodes.selectors import Selector, TextSegment, parse_template
 
 if TYPE_CHECKING:
     from plugin_daemon_client.fallback import BreakerBook, FallbackEvent, FallbackPolicy
-    from plugin_daemon_client.gate import Probe
+    from plugin_daemon_client.gate import Probe, WaitInfo
 
 # Edge handles. Success edges are `source`; Dify's older exports say `success-branch`.
 SUCCESS_HANDLE = "source"
@@ -103,18 +103,18 @@ class ChunkSink(Protocol):
 
 
 class WaitSink(Protocol):
-    def __call__(self, info: Any, target: str | None = None) -> None: ...
+    def __call__(self, info: WaitInfo, target: str | None = None) -> None: ...
 
 
 def _ignore_chunk(text: str, target: str | None = None) -> None:
     return None
 
 
-def _ignore_wait(info: Any, target: str | None = None) -> None:
+def _ignore_wait(info: WaitInfo, target: str | None = None) -> None:
     return None
 
 
-def _ignore_event(event: Any) -> None:
+def _ignore_event(event: FallbackEvent) -> None:
     return None
 
 
@@ -134,8 +134,8 @@ class NodeContext:
     # fallback chain tries several per attempt), None when unknown.
     emit_chunk: ChunkSink = _ignore_chunk
     emit_wait: WaitSink = _ignore_wait
-    # A `plugin_daemon_client.fallback.FallbackEvent`: swaps, caps, skips, budget stops.
-    emit_fallback: Callable[[Any], None] = _ignore_event
+    # Swaps, caps, skips and budget stops of a fallback chain.
+    emit_fallback: Callable[[FallbackEvent], None] = _ignore_event
     clients: Clients | None = None
     inputs: Mapping[str, Any] = field(default_factory=dict)
 

@@ -36,7 +36,7 @@ from nodes.selectors import Selector, template_selectors
 
 if TYPE_CHECKING:
     from plugin_daemon_client.first_token_budget import ResolvedBudget
-    from plugin_daemon_client.gate import Gate
+    from plugin_daemon_client.gate import Gate, WaitInfo
 
 TYPE = "llm"
 SUPPORTS_RETRY = True
@@ -268,7 +268,7 @@ def _gate(call: _Call, target: RouteTarget, budget: ResolvedBudget) -> Iterator[
 
     invocation = call.data.invocation
 
-    def on_wait(info: Any) -> None:
+    def on_wait(info: WaitInfo) -> None:
         call.ctx.emit_wait(info, target=target.name)
 
     with (

@@ -95,6 +95,11 @@ class FirstGateError(LocalizedError):
 
     transient: bool = False
 
+    @property
+    def partial_text(self) -> str:
+        """The reply text that had arrived before the error ("" when none could)."""
+        return ""
+
 
 class GateConfigError(FirstGateError, ValueError):
     """A gate budget that is neither a number nor empty."""

@@ -19,6 +19,9 @@ from typing import Any
 
 from nodes.base import Clients, NodeContext
 from nodes.cancel import CancelToken
+from plugin_daemon_client.errors import FirstGateError
+from plugin_daemon_client.fallback import FallbackEvent
+from plugin_daemon_client.gate import WaitInfo
 from runtime import events as ev
 from runtime.answer_stream import AnswerStreamer, Piece
 from runtime.error_handler import Outcome, Status, error_type, execute
@@ -171,9 +174,8 @@ class WorkflowRun:
             deadline.cancel()
             self.cancel.cancel("run finished")
             self._workers.shutdown(timeout=1.0)
-            close = getattr(self.clients, "close", None)
-            if callable(close):
-                close()
+            if isinstance(self.clients, RouteClients):
+                self.clients.close()
 
     def _launch(self, node_id: str) -> Iterator[ev.Event]:
         if self.cancel.cancelled:
@@ -215,21 +217,21 @@ class WorkflowRun:
                 )
             )
 
-        def wait(info: Any, target: str | None = None) -> None:
+        def wait(info: WaitInfo, target: str | None = None) -> None:
             self._queue.put(
                 ev.NodeWaiting(
                     elapsed=self._elapsed(),
                     attempt=attempt,
-                    wait_elapsed=float(getattr(info, "elapsed_s", 0.0)),
-                    message=str(getattr(info, "message", "")),
-                    message_key=str(getattr(info, "message_key", "")),
-                    params=dict(getattr(info, "params", {}) or {}),
+                    wait_elapsed=info.elapsed_s,
+                    message=info.message,
+                    message_key=info.message_key,
+                    params=info.params,
                     target=target,
                     **common,
                 )
             )
 
-        def fallback(event: Any) -> None:
+        def fallback(event: FallbackEvent) -> None:
             self._queue.put(self._fallback_event(event, attempt, common))
 
         return NodeContext(
@@ -244,19 +246,19 @@ class WorkflowRun:
             inputs=self.inputs,
         )
 
-    def _fallback_event(self, event: Any, attempt: int, common: dict[str, str]) -> ev.NodeFallback:
-        """A `FallbackEvent` of the transport as a typed run event (duck-typed: the
-        engine does not depend on the chain's classes)."""
-        params = dict(getattr(event, "params", {}) or {})
+    def _fallback_event(
+        self, event: FallbackEvent, attempt: int, common: dict[str, str]
+    ) -> ev.NodeFallback:
+        """A decision of the transport's fallback chain as a run event."""
         return ev.NodeFallback(
             elapsed=self._elapsed(),
             attempt=attempt,
-            kind=str(getattr(event, "kind", "")),
-            reason=str(getattr(event, "reason", "")),
-            target=getattr(event, "target", None),
-            message=str(getattr(event, "message", "")),
-            message_key=str(getattr(event, "message_key", "")),
-            params=params,
+            kind=event.kind,
+            reason=event.reason,
+            target=event.target,
+            message=event.message,
+            message_key=event.message_key,
+            params=dict(event.params),
             **common,
         )
 
@@ -271,7 +273,7 @@ class WorkflowRun:
                     attempt=attempt,
                     error_type=error_type(exc),
                     error_message=str(exc),
-                    partial_text=str(getattr(exc, "partial_text", "") or ""),
+                    partial_text=exc.partial_text if isinstance(exc, FirstGateError) else "",
                     retry_interval_ms=interval_ms,
                     error=exc,
                 )
