@@ -164,7 +164,6 @@ class File:
         if self.path is None:
             raise FileError(
                 "errors.file.notLocal",
-                f"the file {self.filename!r} is not stored locally",
                 name=self.filename,
             )
         try:
@@ -180,7 +179,6 @@ class File:
 def _unreadable(path: Path, exc: OSError) -> FileError:
     return FileError(
         "errors.file.unreadable",
-        f"cannot read {path}: {exc.strerror or exc}",
         path=str(path),
         detail=str(exc.strerror or exc),
     )
@@ -189,7 +187,6 @@ def _unreadable(path: Path, exc: OSError) -> FileError:
 def too_large(name: str, size: int, limit: int) -> FileError:
     return FileError(
         "errors.file.tooLarge",
-        f"{name} is {size} bytes, more than the limit of {limit} bytes",
         name=name,
         size=size,
         limit=limit,
@@ -201,9 +198,7 @@ def from_path(path: str | Path, *, related_id: str | None = None) -> File:
     source = Path(path).expanduser()
     try:
         if not source.is_file():
-            raise FileError(
-                "errors.file.missing", f"no such file: {source}", path=str(source)
-            ) from None
+            raise FileError("errors.file.missing", path=str(source)) from None
         size = source.stat().st_size
         with source.open("rb"):
             pass  # readable now, not only listed
@@ -228,7 +223,7 @@ def from_remote_url(url: str) -> File:
     """A remote file as Dify's `remote_url` input; it is not fetched here."""
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise FileError("errors.file.badUrl", f"not an http(s) URL: {url!r}", url=url)
+        raise FileError("errors.file.badUrl", url=url)
     name = unquote(PurePosixPath(parsed.path).name) or parsed.netloc
     extension = _extension(name)
     mime_type = _mime(name)
@@ -264,7 +259,6 @@ def from_mapping(value: Mapping[str, Any]) -> File:
         return found if method == TransferMethod.LOCAL_FILE else _as_tool_file(found)
     raise FileError(
         "errors.file.badObject",
-        "a file must be given as a local path or an http(s) URL",
     )
 
 
@@ -327,8 +321,6 @@ class FileRules:
             if not custom_ok:
                 raise FileError(
                     "errors.file.typeNotAllowed",
-                    f"{file.filename} is a {file.type.value} file; this input accepts "
-                    + ", ".join(sorted(t.value for t in allowed)),
                     name=file.filename,
                     type=file.type.value,
                     allowed=", ".join(sorted(t.value for t in allowed)),
@@ -336,7 +328,6 @@ class FileRules:
         if self.methods and file.transfer_method not in self.methods:
             raise FileError(
                 "errors.file.methodNotAllowed",
-                f"{file.filename}: files sent as {file.transfer_method.value} are not accepted here",
                 name=file.filename,
                 method=file.transfer_method.value,
             )
