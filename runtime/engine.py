@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from connectors.hub import Connectors
 from nodes.base import ClientProvider, NodeContext
 from nodes.cancel import CancelToken
 from runtime import events as ev
@@ -60,8 +61,10 @@ class WorkflowRun:
         limits: RunLimits,
         max_workers: int,
         run_id: str,
+        connectors: Connectors | None = None,
     ) -> None:
         self.workflow = workflow
+        self.connectors = connectors
         self.graph = workflow.graph
         self.inputs = inputs
         self.run_id = run_id
@@ -173,6 +176,8 @@ class WorkflowRun:
             close = getattr(self.clients, "close", None)
             if callable(close):
                 close()
+            if self.connectors is not None:
+                self.connectors.close()
 
     def _launch(self, node_id: str) -> Iterator[ev.Event]:
         if self.cancel.cancelled:
@@ -241,6 +246,7 @@ class WorkflowRun:
             emit_fallback=fallback,
             clients=self.clients,
             inputs=self.inputs,
+            connectors=self.connectors,
         )
 
     def _fallback_event(self, event: Any, attempt: int, common: dict[str, str]) -> ev.NodeFallback:

@@ -50,6 +50,12 @@ import yaml
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from connectors.settings import (
+    ConnectorSettings,
+    HttpRequestSettings,
+    KnowledgeSettings,
+    ToolsSettings,
+)
 from nodes.base import RoutePlan, RouteTarget
 from nodes.config import DslModel, bounded_int, choice, dsl_error, shown
 from plugin_daemon_client.fallback import (
@@ -219,6 +225,10 @@ class ModelsFile(DslModel):
     providers: dict[str, ProviderRoute] = Field(default_factory=dict)
     default: str | None = None
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    # The connectors' sections (see connectors.settings).
+    http_request: HttpRequestSettings = Field(default_factory=HttpRequestSettings)
+    knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
+    tools: ToolsSettings = Field(default_factory=ToolsSettings)
 
     @model_validator(mode="after")
     def _default_exists(self) -> ModelsFile:
@@ -271,6 +281,13 @@ class ModelRoutes:
 
     def __init__(self, models: ModelsFile | None = None) -> None:
         self.models = models or ModelsFile()
+
+    def connector_settings(self) -> ConnectorSettings:
+        return ConnectorSettings(
+            http_request=self.models.http_request,
+            knowledge=self.models.knowledge,
+            tools=self.models.tools,
+        )
 
     def route_for(self, provider: str) -> tuple[str, ProviderRoute]:
         if provider in self.models.providers:

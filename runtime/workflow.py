@@ -73,12 +73,13 @@ class Workflow:
         RouteError for a route whose credential variable is unset. `clients`
         replaces the routes with your own provider of transport clients.
         """
+        from connectors.hub import Connectors
         from runtime.engine import WorkflowRun
         from runtime.model_routes import ModelRoutes, RouteClients
 
         values, sys_query = self.prepare_inputs(inputs or {}, query)
+        routes = routes or ModelRoutes()
         if clients is None:
-            routes = routes or ModelRoutes()
             routes.check(self.llm_providers())
             clients = RouteClients(routes)
         return WorkflowRun(
@@ -89,4 +90,5 @@ class Workflow:
             limits=limits or RunLimits(),
             max_workers=max_workers,
             run_id=run_id or str(uuid.uuid4()),
+            connectors=Connectors(routes.connector_settings()),
         )
