@@ -1,21 +1,15 @@
-"""The connectors' errors: each carries a message key (rendered through
-`locales`) and the parameters of its message, never a secret."""
+"""The connectors' errors: each is a `LocalizedError` (a message key and its
+parameters, rendered from `locales`), and none ever carries a secret."""
 
 from __future__ import annotations
 
-from typing import Any
+from locales.localized_error import LocalizedError
 
 
-class ConnectorError(Exception):
-    """Base of every connector error; `str()` is the English message."""
+class ConnectorError(LocalizedError):
+    """Base of every connector error."""
 
     message_key = "errors.connector.failed"
-
-    def __init__(self, english: str, /, message_key: str | None = None, **params: Any) -> None:
-        if message_key is not None:
-            self.message_key = message_key
-        self.params = params
-        super().__init__(english.format(**params) if params else english)
 
 
 # --- HTTP ------------------------------------------------------------------------

@@ -223,17 +223,14 @@ class _Call:
 
     def raise_if_cancelled(self) -> None:
         if self.cancelled is not None:
-            raise RequestCancelledError(
-                "the request was cancelled: {reason}", reason=self.cancelled
-            )
+            raise RequestCancelledError(reason=self.cancelled)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
     def expired(self) -> HttpTimeoutError:
         return HttpTimeoutError(
-            "the request took longer than its total time limit of {seconds} s",
-            message_key="errors.http.totalTimeout",
+            "errors.http.totalTimeout",
             seconds=round(self.total_s, 3),
         )
 
@@ -428,7 +425,7 @@ class GuardedHttp:
         scheme = urlsplit(spec.url).scheme.lower() if "://" in spec.url else ""
         if scheme not in ("http", "https"):
             raise InvalidURLError(
-                "the URL must start with http:// or https://, got {url}", url=safe_url(spec.url)
+                url=safe_url(spec.url), detail="the URL must start with http:// or https://"
             )
         call = _Call(time.monotonic() + timeouts.total, timeouts.total)
         token = _CALL.set(call)
@@ -439,7 +436,6 @@ class GuardedHttp:
             raise
         except httpx.TooManyRedirects:
             raise TooManyRedirectsError(
-                "more than {limit} redirects (http_request.max_redirects)",
                 limit=self.limits.max_redirects,
             ) from None
         except httpx.TimeoutException as exc:
@@ -451,17 +447,12 @@ class GuardedHttp:
                 httpx.PoolTimeout: "connect",
             }.get(type(exc), "read")
             seconds = getattr(timeouts, phase)
-            raise HttpTimeoutError(
-                "no {phase} progress within {seconds} s", phase=phase, seconds=seconds
-            ) from None
+            raise HttpTimeoutError(phase=phase, seconds=seconds) from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-            raise InvalidURLError(
-                "cannot request {url}: {detail}", url=safe_url(spec.url), detail=str(exc)[:200]
-            ) from None
+            raise InvalidURLError(url=safe_url(spec.url), detail=str(exc)[:200]) from None
         except (httpx.HTTPError, httpx.StreamError) as exc:
             call.raise_if_cancelled()
             raise HttpTransportError(
-                "the request to {url} failed: {detail}",
                 url=safe_url(spec.url),
                 detail=str(exc)[:300] or type(exc).__name__,
             ) from None
@@ -502,12 +493,7 @@ class GuardedHttp:
 
     def _too_large(self, is_file: bool) -> ResponseTooLargeError:
         limit, kind = self._cap(is_file)
-        return ResponseTooLargeError(
-            "the {kind} response body is larger than the limit of {limit} bytes "
-            "(http_request.max_{kind}_bytes)",
-            kind=kind,
-            limit=limit,
-        )
+        return ResponseTooLargeError(kind=kind, limit=limit)
 
     def _read_body(self, chunks: Iterator[bytes], headers: dict[str, str]) -> tuple[bytes, bool]:
         decided = _decided_by_headers(headers)

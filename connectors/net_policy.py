@@ -150,8 +150,6 @@ class NetworkPolicy:
         if any(rule.opens(host, port, ip) for rule in self.rules):
             return
         raise AddressRefusedError(
-            "refused to connect to {host}:{port}: it resolves to {address}, a {reason} address "
-            "(open it in the runtime settings under http_request.allow)",
             host=_normal_host(host),
             port=port,
             address=str(ip),

@@ -161,9 +161,7 @@ class HTTPResponseCodeError(NodeRunError):
     """Dify's error type for a non-2xx status when the node retries or has a strategy."""
 
     def __init__(self, status: int) -> None:
-        super().__init__(
-            "errors.http.status", f"Request failed with status code {status}", status=status
-        )
+        super().__init__("errors.http.status", status=status)
 
 
 # --- building the request -------------------------------------------------------
@@ -198,22 +196,22 @@ def _json_body(text: str) -> Any:
     try:
         return json.loads(repair_json(text), strict=False)
     except (ValueError, RecursionError):
-        raise NodeRunError("errors.http.badJsonBody", "the JSON body is not valid JSON") from None
+        raise NodeRunError("errors.http.badJsonBody") from None
 
 
 def build_request(data: Data, variables: VariableReader) -> tuple[RequestSpec, list[str]]:
     """The request to send, and the secrets that must never be shown."""
     url = render_selectors(data.url, variables).strip()
     if not url:
-        raise NodeRunError("errors.http.noUrl", "the URL is empty")
+        raise NodeRunError("errors.http.noUrl")
     secrets: list[str] = []
     api_key = ""
     if data.authorization.type == "api-key":
         if data.authorization.config is None:
-            raise NodeRunError("errors.http.noApiKey", "the API key is empty")
+            raise NodeRunError("errors.http.noApiKey")
         api_key = render_selectors(data.authorization.config.api_key, variables)
         if not api_key.strip():
-            raise NodeRunError("errors.http.noApiKey", "the API key is empty")
+            raise NodeRunError("errors.http.noApiKey")
         secrets.append(api_key)
     headers = dict(_lines(render_selectors(data.headers, variables)))
     auth = _auth_header(data.authorization, api_key)
@@ -230,11 +228,7 @@ def build_request(data: Data, variables: VariableReader) -> tuple[RequestSpec, l
             headers["Content-Type"] = BODY_CONTENT_TYPES[body.type]
     if body.type in ("raw-text", "json"):
         if len(body.data) != 1:
-            raise NodeRunError(
-                "errors.http.bodyItems",
-                f"a {body.type} body has exactly one item",
-                type=body.type,
-            )
+            raise NodeRunError("errors.http.bodyItems", type=body.type)
         text = render_selectors(body.data[0].value, variables)
         if body.type == "json":
             spec.json = _json_body(text)
@@ -291,7 +285,6 @@ def _outputs(reply: HttpReply) -> dict[str, Any]:
     if reply.is_file:
         raise NodeRunError(
             "errors.http.binaryNotSupported",
-            "the response is a file ({content_type}); file outputs are not supported yet",
             content_type=reply.content_type or "unknown type",
         )
     return {
@@ -304,7 +297,7 @@ def _outputs(reply: HttpReply) -> dict[str, Any]:
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     if ctx.connectors is None:
-        raise NodeRunError("errors.connector.missing", "no connectors are configured")
+        raise NodeRunError("errors.connector.missing")
     spec, secrets = build_request(data, ctx.variables)
     auth_header = None
     if data.authorization.type == "api-key" and data.authorization.config is not None:
@@ -317,8 +310,8 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
         )
     except ConnectorError as exc:
         # The message never carries a secret, but the URL a workflow built might.
-        exc.args = (redact(str(exc), secrets),)
         exc.params = {k: redact(str(v), secrets) for k, v in exc.params.items()}
+        exc.args = (exc.render(),)
         raise
     if not reply.is_success and (data.error_strategy or data.retry_config.retry_enabled):
         raise HTTPResponseCodeError(reply.status_code)

@@ -6,7 +6,7 @@ from typing import Any
 
 from runtime import events as ev
 from runtime import load_workflow
-from runtime.model_routes import ModelRoutes, ModelsFile
+from runtime.settings import RuntimeSettings
 
 
 def one_node_flow(
@@ -48,14 +48,14 @@ def one_node_flow(
     }
 
 
-def settings(**sections: Any) -> ModelRoutes:
-    return ModelRoutes(ModelsFile.model_validate(sections))
+def settings(**sections: Any) -> RuntimeSettings:
+    return RuntimeSettings.model_validate(sections)
 
 
 def run_events(
-    document: dict[str, Any], routes: ModelRoutes | None = None, **inputs: Any
+    document: dict[str, Any], routes: RuntimeSettings | None = None, **inputs: Any
 ) -> list[ev.Event]:
-    return list(load_workflow(document).run(inputs, routes=routes or settings()))
+    return list(load_workflow(document).run(inputs, settings=routes or settings()))
 
 
 def node_end(events: list[ev.Event], node_id: str = "n") -> ev.Event:

@@ -374,7 +374,9 @@ def test_a_server_that_sends_more_than_it_promised_gives_what_it_declared(
 
 
 def test_abort_unblocks_a_waiting_request(target: HttpTarget) -> None:
-    run = load_workflow(http_flow(target.url + "/slow?delay=30")).run({}, routes=allow("127.0.0.1"))
+    run = load_workflow(http_flow(target.url + "/slow?delay=30")).run(
+        {}, settings=allow("127.0.0.1")
+    )
     events: list[ev.Event] = []
     started = time.monotonic()
 
