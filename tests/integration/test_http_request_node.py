@@ -391,7 +391,10 @@ def test_abort_unblocks_a_waiting_request(target: HttpTarget) -> None:
     thread.join(10)
     assert not thread.is_alive()
     assert isinstance(events[-1], ev.WorkflowAborted)
-    assert time.monotonic() - started < 10
+    # The socket was shut down: the node itself reported back (a request left
+    # blocked would only be abandoned when the run's drain grace ran out).
+    failed = [e for e in events if isinstance(e, ev.NodeFailed) and e.node_id == "n"]
+    assert failed and failed[0].error_type == "RequestCancelledError"
 
 
 # --- secrets ----------------------------------------------------------------------
@@ -401,6 +404,7 @@ def test_credentials_never_appear_in_events(target: HttpTarget) -> None:
     secret = "sk-very-secret-4242"
     document = http_flow(
         f"http://127.0.0.1:{target.port}/echo?user={{{{#start.who#}}}}",
+        headers=f"X-Copy: {secret}",
         authorization={
             "type": "api-key",
             "config": {"type": "bearer", "api_key": secret, "header": ""},
