@@ -162,11 +162,7 @@ class File:
     def read_bytes(self, limit: int) -> bytes:
         """The file's content, refusing more than `limit` bytes (local files only)."""
         if self.path is None:
-            raise FileError(
-                "errors.file.notLocal",
-                f"the file {self.filename!r} is not stored locally",
-                name=self.filename,
-            )
+            raise FileError("errors.file.notLocal", name=self.filename)
         try:
             with self.path.open("rb") as handle:
                 data = handle.read(limit + 1)
@@ -178,22 +174,11 @@ class File:
 
 
 def _unreadable(path: Path, exc: OSError) -> FileError:
-    return FileError(
-        "errors.file.unreadable",
-        f"cannot read {path}: {exc.strerror or exc}",
-        path=str(path),
-        detail=str(exc.strerror or exc),
-    )
+    return FileError("errors.file.unreadable", path=str(path), detail=str(exc.strerror or exc))
 
 
 def too_large(name: str, size: int, limit: int) -> FileError:
-    return FileError(
-        "errors.file.tooLarge",
-        f"{name} is {size} bytes, more than the limit of {limit} bytes",
-        name=name,
-        size=size,
-        limit=limit,
-    )
+    return FileError("errors.file.tooLarge", name=name, size=size, limit=limit)
 
 
 def from_path(path: str | Path, *, related_id: str | None = None) -> File:
@@ -201,9 +186,7 @@ def from_path(path: str | Path, *, related_id: str | None = None) -> File:
     source = Path(path).expanduser()
     try:
         if not source.is_file():
-            raise FileError(
-                "errors.file.missing", f"no such file: {source}", path=str(source)
-            ) from None
+            raise FileError("errors.file.missing", path=str(source))
         size = source.stat().st_size
         with source.open("rb"):
             pass  # readable now, not only listed
@@ -228,7 +211,7 @@ def from_remote_url(url: str) -> File:
     """A remote file as Dify's `remote_url` input; it is not fetched here."""
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise FileError("errors.file.badUrl", f"not an http(s) URL: {url!r}", url=url)
+        raise FileError("errors.file.badUrl", url=url)
     name = unquote(PurePosixPath(parsed.path).name) or parsed.netloc
     extension = _extension(name)
     mime_type = _mime(name)
@@ -262,10 +245,7 @@ def from_mapping(value: Mapping[str, Any]) -> File:
     if method in (TransferMethod.LOCAL_FILE, TransferMethod.TOOL_FILE) and path:
         found = from_path(str(path), related_id=value.get("related_id"))
         return found if method == TransferMethod.LOCAL_FILE else _as_tool_file(found)
-    raise FileError(
-        "errors.file.badObject",
-        "a file must be given as a local path or an http(s) URL",
-    )
+    raise FileError("errors.file.badObject")
 
 
 def _as_tool_file(found: File) -> File:
@@ -327,8 +307,6 @@ class FileRules:
             if not custom_ok:
                 raise FileError(
                     "errors.file.typeNotAllowed",
-                    f"{file.filename} is a {file.type.value} file; this input accepts "
-                    + ", ".join(sorted(t.value for t in allowed)),
                     name=file.filename,
                     type=file.type.value,
                     allowed=", ".join(sorted(t.value for t in allowed)),
@@ -336,7 +314,6 @@ class FileRules:
         if self.methods and file.transfer_method not in self.methods:
             raise FileError(
                 "errors.file.methodNotAllowed",
-                f"{file.filename}: files sent as {file.transfer_method.value} are not accepted here",
                 name=file.filename,
                 method=file.transfer_method.value,
             )

@@ -184,15 +184,13 @@ class SQLiteStore(Store):
             self._migrate(migrations)
         except sqlite3.DatabaseError as exc:
             raise StoreError(
-                "store.unreadable",
-                f"cannot use the state database {self.path}: {exc}",
+                "errors.store.unreadable",
                 path=self.path,
                 detail=str(exc),
             ) from None
         except OSError as exc:
             raise StoreError(
-                "store.unreadable",
-                f"cannot use the state database {self.path}: {exc.strerror or exc}",
+                "errors.store.unreadable",
                 path=self.path,
                 detail=str(exc.strerror or exc),
             ) from None
@@ -213,9 +211,7 @@ class SQLiteStore(Store):
         current = self.schema_version()
         if current > len(migrations):
             raise StoreError(
-                "store.newerSchema",
-                f"the state database {self.path} has schema version {current}; "
-                f"this firstgate knows versions up to {len(migrations)}",
+                "errors.store.newerSchema",
                 path=self.path,
                 found=current,
                 known=len(migrations),
@@ -260,8 +256,7 @@ class SQLiteStore(Store):
                 ).fetchone()
                 if row is not None and (row[0] != app_id or row[1] != user_id):
                     raise StoreError(
-                        "store.foreignConversation",
-                        f"conversation {conversation_id} belongs to another app or user",
+                        "errors.store.foreignConversation",
                         conversation=conversation_id,
                     )
                 if self._take_lease(db, conversation_id, owner, lease_seconds):
@@ -269,8 +264,7 @@ class SQLiteStore(Store):
                     return _SQLiteTurn(self, owner, app_id, user_id, mode, state)
             if time.monotonic() >= give_up:
                 raise StoreError(
-                    "store.conversationBusy",
-                    f"conversation {conversation_id} is busy with another turn",
+                    "errors.store.conversationBusy",
                     conversation=conversation_id,
                 )
             time.sleep(_POLL_S)
@@ -331,9 +325,7 @@ class SQLiteStore(Store):
                 # Our lease expired and another turn took the conversation: writing
                 # now could undo what that turn wrote.
                 raise StoreError(
-                    "store.leaseLost",
-                    f"conversation {state.conversation_id} was taken over by another turn "
-                    "before this one ended",
+                    "errors.store.leaseLost",
                     conversation=state.conversation_id,
                 )
             now = time.time()

@@ -72,7 +72,7 @@ def test_an_older_database_is_migrated_and_keeps_its_data(tmp_path: Path) -> Non
     # ...and the build without it refuses the database instead of misreading it.
     with pytest.raises(StoreError) as refused:
         SQLiteStore(path, migrations=MIGRATIONS)
-    assert refused.value.message_key == "store.newerSchema"
+    assert refused.value.message_key == "errors.store.newerSchema"
 
 
 def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError) as refused:
         SQLiteStore(path)
-    assert refused.value.message_key == "store.unreadable"
+    assert refused.value.message_key == "errors.store.unreadable"
     assert str(path) in str(refused.value)
 
 
@@ -121,7 +121,7 @@ def test_a_conversation_of_another_app_or_user_is_refused(tmp_path: Path) -> Non
                 "c1", app_id=app, user_id=user, mode="advanced-chat",
                 lease_seconds=5, wait_seconds=0,
             )  # fmt: skip
-        assert refused.value.message_key == "store.foreignConversation"
+        assert refused.value.message_key == "errors.store.foreignConversation"
 
 
 def test_a_busy_conversation_waits_then_gives_up(tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_a_busy_conversation_waits_then_gives_up(tmp_path: Path) -> None:
     held = _turn(store, "c1")
     with pytest.raises(StoreError) as busy:
         _turn(store, "c1", wait=0.2)
-    assert busy.value.message_key == "store.conversationBusy"
+    assert busy.value.message_key == "errors.store.conversationBusy"
     held.release()
     _turn(store, "c1", wait=0.2).release()
 
@@ -141,7 +141,7 @@ def test_an_expired_lease_is_taken_over_and_the_late_commit_refused(tmp_path: Pa
     fresh = _turn(store, "c1", wait=0.0)
     with pytest.raises(StoreError) as lost:
         _finish(slow, "late", "x", topic="late")
-    assert lost.value.message_key == "store.leaseLost"
+    assert lost.value.message_key == "errors.store.leaseLost"
     _finish(fresh, "q", "a", topic="fresh")
     assert store.variables("c1")["topic"].value == "fresh"
 
