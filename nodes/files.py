@@ -162,7 +162,10 @@ class File:
     def read_bytes(self, limit: int) -> bytes:
         """The file's content, refusing more than `limit` bytes (local files only)."""
         if self.path is None:
-            raise FileError("errors.file.notLocal", name=self.filename)
+            raise FileError(
+                "errors.file.notLocal",
+                name=self.filename,
+            )
         try:
             with self.path.open("rb") as handle:
                 data = handle.read(limit + 1)
@@ -174,11 +177,20 @@ class File:
 
 
 def _unreadable(path: Path, exc: OSError) -> FileError:
-    return FileError("errors.file.unreadable", path=str(path), detail=str(exc.strerror or exc))
+    return FileError(
+        "errors.file.unreadable",
+        path=str(path),
+        detail=str(exc.strerror or exc),
+    )
 
 
 def too_large(name: str, size: int, limit: int) -> FileError:
-    return FileError("errors.file.tooLarge", name=name, size=size, limit=limit)
+    return FileError(
+        "errors.file.tooLarge",
+        name=name,
+        size=size,
+        limit=limit,
+    )
 
 
 def from_path(path: str | Path, *, related_id: str | None = None) -> File:
@@ -186,7 +198,7 @@ def from_path(path: str | Path, *, related_id: str | None = None) -> File:
     source = Path(path).expanduser()
     try:
         if not source.is_file():
-            raise FileError("errors.file.missing", path=str(source))
+            raise FileError("errors.file.missing", path=str(source)) from None
         size = source.stat().st_size
         with source.open("rb"):
             pass  # readable now, not only listed
@@ -245,7 +257,9 @@ def from_mapping(value: Mapping[str, Any]) -> File:
     if method in (TransferMethod.LOCAL_FILE, TransferMethod.TOOL_FILE) and path:
         found = from_path(str(path), related_id=value.get("related_id"))
         return found if method == TransferMethod.LOCAL_FILE else _as_tool_file(found)
-    raise FileError("errors.file.badObject")
+    raise FileError(
+        "errors.file.badObject",
+    )
 
 
 def _as_tool_file(found: File) -> File:
