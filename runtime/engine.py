@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from connectors.hub import Connectors
 from nodes.base import Clients, NodeContext
 from nodes.cancel import CancelToken
 from plugin_daemon_client.errors import FirstGateError
@@ -64,8 +65,10 @@ class WorkflowRun:
         limits: RunLimits,
         max_workers: int,
         run_id: str,
+        connectors: Connectors | None = None,
     ) -> None:
         self.graph = graph
+        self.connectors = connectors
         self.providers = providers  # of the LLM nodes the run can reach
         self.inputs = inputs
         self.run_id = run_id
@@ -176,6 +179,8 @@ class WorkflowRun:
             self._workers.shutdown(timeout=1.0)
             if isinstance(self.clients, RouteClients):
                 self.clients.close()
+            if self.connectors is not None:
+                self.connectors.close()
 
     def _launch(self, node_id: str) -> Iterator[ev.Event]:
         if self.cancel.cancelled:
@@ -244,6 +249,7 @@ class WorkflowRun:
             emit_fallback=fallback,
             clients=self.clients,
             inputs=self.inputs,
+            connectors=self.connectors,
         )
 
     def _fallback_event(

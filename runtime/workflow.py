@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from connectors.hub import Connectors
 from nodes import start
 from runtime.engine import WorkflowRun
 from runtime.graph import Graph, NodeDef
@@ -93,4 +94,5 @@ class Workflow:
             limits=limits or RunLimits(),
             max_workers=max_workers,
             run_id=run_id or str(uuid.uuid4()),
+            connectors=Connectors.from_settings(settings),
         )
