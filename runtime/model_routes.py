@@ -46,7 +46,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
@@ -61,7 +60,8 @@ from plugin_daemon_client.fallback import (
 )
 from plugin_daemon_client.first_token_budget import ROUTE_KEYS
 from plugin_daemon_client.probes import DEFAULT_PROBE_TIMEOUT_S, PROBE_KINDS, make_probe
-from runtime.problems import DslError, Problem, problems_from_validation
+from runtime.problems import DslError, problems_from_validation
+from runtime.yaml_reader import read_yaml_mapping
 
 log = logging.getLogger(__name__)
 
@@ -310,18 +310,11 @@ class ModelRoutes:
 def load_models(path: str | Path) -> ModelRoutes:
     """Read a models file; every problem is reported through DslError."""
     file = Path(path)
+    raw = read_yaml_mapping(file, empty={}, not_mapping="cli.models.notMapping")
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DslError([Problem("dsl.file.missing", {"path": str(file)})]) from None
-    except yaml.YAMLError as exc:
-        raise DslError(
-            [Problem("dsl.file.yaml", {"path": str(file), "where": "?", "detail": str(exc)})]
-        ) from None
-    try:
-        return ModelRoutes(ModelsFile.model_validate(raw or {}))
+        return ModelRoutes(ModelsFile.model_validate(raw))
     except ValidationError as exc:
-        raise DslError(problems_from_validation(exc, prefix=str(file))) from None
+        raise DslError(problems_from_validation(exc, prefix=str(file)), source=file) from None
 
 
 # --- circuit breakers shared by the process ------------------------------------

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 import locales
+from nodes.config import shown
 
 # Pydantic's own error types -> our message keys (custom validators already use ours).
 _BUILTIN_KEYS = {
@@ -28,18 +29,20 @@ _BUILTIN_KEYS = {
 }
 
 
-def _shown(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
 @dataclass(frozen=True, slots=True)
 class NodeRef:
     id: str
     title: str
     type: str
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePlace:
+    """A position in a file: line and column count from 1."""
+
+    path: str
+    line: int
+    column: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +53,21 @@ class Problem:
     params: dict[str, Any] = field(default_factory=dict)
     node: NodeRef | None = None
     field: str | None = None
+    place: SourcePlace | None = None
 
     def render(self, locale: str | None = None) -> str:
         detail = locales.t(self.message_key, locale, **self.params)
         if self.field:
             detail = f"{self.field} {detail}"
+        if self.place is not None:
+            where = locales.t(
+                "dsl.location.file",
+                locale,
+                path=self.place.path,
+                line=self.place.line,
+                column=self.place.column,
+            )
+            detail = f"{where}: {detail}"
         if self.node is None:
             return detail
         where = locales.t(
@@ -71,8 +84,10 @@ class DslError(Exception):
 
     message_key = "dsl.invalid"
 
-    def __init__(self, problems: Sequence[Problem]) -> None:
+    def __init__(self, problems: Sequence[Problem], *, source: str | Path | None = None) -> None:
         self.problems = list(problems)
+        # The file the problems are in (a workflow file, a models file), when known.
+        self.source = str(source) if source is not None else None
         self.params = {"count": len(self.problems)}
         super().__init__("\n".join(str(p) for p in self.problems))
 
@@ -110,7 +125,7 @@ def problems_from_validation(
         if kind.startswith("dsl."):
             problem = Problem(kind, ctx, node, path or None)
         elif kind in _BUILTIN_KEYS:
-            params = {"got": _shown(item.get("input"))}
+            params = {"got": shown(item.get("input"))}
             if kind == "literal_error":
                 params["choices"] = str(ctx.get("expected", ""))
             problem = Problem(_BUILTIN_KEYS[kind], params, node, path or None)
