@@ -6,7 +6,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from nodes import answer, end, if_else, llm, start, template_transform, variable_aggregator
+from nodes import (
+    answer,
+    end,
+    http_request,
+    if_else,
+    llm,
+    start,
+    template_transform,
+    variable_aggregator,
+)
 from nodes.base import SUCCESS_HANDLE, NodeContext, NodeResult
 from nodes.config import BaseNodeData
 from nodes.selectors import Selector
@@ -38,5 +47,14 @@ def _spec(module: ModuleType) -> NodeSpec:
 
 NODE_TYPES: dict[str, NodeSpec] = {
     m.TYPE: _spec(m)
-    for m in (start, end, answer, llm, if_else, template_transform, variable_aggregator)
+    for m in (
+        start,
+        end,
+        answer,
+        llm,
+        if_else,
+        template_transform,
+        variable_aggregator,
+        http_request,
+    )
 }

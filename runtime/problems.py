@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 import locales
+from locales.localized_error import LocalizedError
 from nodes.config import shown
 
 # Pydantic's own error types -> our message keys (custom validators already use ours).
@@ -25,8 +27,16 @@ _BUILTIN_KEYS = {
     "dict_type": "dsl.field.object",
     "model_type": "dsl.field.object",
     "model_attributes_type": "dsl.field.object",
-    "literal_error": "dsl.field.choice",
+    "literal_error": "dsl.choice",
 }
+
+# The values in pydantic's `literal_error` context, each repr()-quoted.
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def _choices(expected: str) -> str:
+    """pydantic's `'a', 'b' or 'c'` (English) as `a, b, c` for any locale."""
+    return ", ".join(_QUOTED.findall(expected)) or expected
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +89,7 @@ class Problem:
         return self.render()
 
 
-class DslError(Exception):
+class DslError(LocalizedError):
     """The workflow file cannot run; `problems` lists every reason at once."""
 
     message_key = "dsl.invalid"
@@ -88,8 +98,7 @@ class DslError(Exception):
         self.problems = list(problems)
         # The file the problems are in (a workflow file, a models file), when known.
         self.source = str(source) if source is not None else None
-        self.params = {"count": len(self.problems)}
-        super().__init__("\n".join(str(p) for p in self.problems))
+        super().__init__(count=len(self.problems))
 
     def render(self, locale: str | None = None) -> str:
         return "\n".join(p.render(locale) for p in self.problems)
@@ -127,7 +136,7 @@ def problems_from_validation(
         elif kind in _BUILTIN_KEYS:
             params = {"got": shown(item.get("input"))}
             if kind == "literal_error":
-                params["choices"] = str(ctx.get("expected", ""))
+                params["choices"] = _choices(str(ctx.get("expected", "")))
             problem = Problem(_BUILTIN_KEYS[kind], params, node, path or None)
         else:
             problem = Problem("dsl.field.invalid", {"detail": item["msg"]}, node, path or None)
