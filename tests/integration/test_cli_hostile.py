@@ -45,21 +45,22 @@ def test_a_models_file_that_is_a_directory(tmp_path: Path) -> None:
     )
 
 
-def test_a_models_file_with_a_bad_setting_is_headed_with_its_own_name(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ("providers:\n  x: {kind: nope}\ndefault: x\n", "providers.x.kind"),
+        ("- local\n", "does not contain a models file"),
+    ],
+)
+def test_models_file_problems_are_headed_with_its_own_name(
+    tmp_path: Path, body: str, needle: str
+) -> None:
     models = tmp_path / "models.yaml"
-    models.write_text("providers:\n  x: {kind: nope}\ndefault: x\n", encoding="utf-8")
+    models.write_text(body, encoding="utf-8")
     assert_clean_exit_2(
         firstgate("run", CHAT, "--input", "query=hi", "--models", str(models)),
         f"{models} has 1 problem(s):",
-    )
-
-
-def test_a_models_file_that_is_a_list(tmp_path: Path) -> None:
-    models = tmp_path / "models.yaml"
-    models.write_text("- local\n", encoding="utf-8")
-    assert_clean_exit_2(
-        firstgate("run", CHAT, "--input", "query=hi", "--models", str(models)),
-        "does not contain a models file",
+        needle,
     )
 
 

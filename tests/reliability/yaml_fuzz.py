@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from runtime import DslError, load_workflow
 from runtime.yaml_reader import LOADERS, parse_yaml
+from tests.reliability.test_fuzz_dsl import paths
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yml"))
 DOCUMENTS = [yaml.safe_load(path.read_text(encoding="utf-8")) for path in EXAMPLES]
@@ -84,17 +85,6 @@ def nested_value(draw: st.DrawFn) -> str:
     return opening + draw(SCALARS).replace('"', "") + closing
 
 
-def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found.extend(paths(item, (*prefix, key)))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found.extend(paths(item, (*prefix, index)))
-    return found
-
-
 def with_marker(document: Any, path: tuple[Any, ...]) -> dict[str, Any]:
     copy = json.loads(json.dumps(document))
     parent = copy
@@ -108,7 +98,7 @@ def hostile_text(draw: st.DrawFn) -> str:
     document = draw(st.sampled_from(DOCUMENTS))
     # Where the editor writes values an attacker controls: names, defaults,
     # environment values, node data; any path of a real document.
-    path = draw(st.sampled_from(paths(document)))
+    path = draw(st.sampled_from([p for p in paths(document) if p]))
     text = yaml.safe_dump(with_marker(document, path), allow_unicode=True, width=10_000)
     kind = draw(st.sampled_from(["aliases", "bomb", "nested"]))
     if kind == "nested":
