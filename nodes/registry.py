@@ -11,6 +11,7 @@ from nodes import (
     end,
     http_request,
     if_else,
+    knowledge_retrieval,
     llm,
     start,
     template_transform,
@@ -56,5 +57,6 @@ NODE_TYPES: dict[str, NodeSpec] = {
         template_transform,
         variable_aggregator,
         http_request,
+        knowledge_retrieval,
     )
 }
