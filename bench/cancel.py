@@ -29,7 +29,8 @@ from plugin_daemon_client import LLMClient, first_token_gate  # noqa: E402
 from plugin_daemon_client.errors import FirstGateError  # noqa: E402
 from runtime import events as ev  # noqa: E402
 from runtime import load_workflow  # noqa: E402
-from runtime.model_routes import ModelRoutes, ModelsFile, ProviderRoute  # noqa: E402
+from runtime.settings import RuntimeSettings  # noqa: E402
+from runtime.settings.providers import ProviderRoute  # noqa: E402
 
 SETTLE_S = 0.03  # let the read block before cancelling
 BASELINE_WAIT_S = 3.0
@@ -61,10 +62,10 @@ def gate_cancel_latency(client: LLMClient) -> float:
     return returned[0] - start
 
 
-def abort_latency(workflow, routes: ModelRoutes) -> tuple[float, float]:
+def abort_latency(workflow, routes: RuntimeSettings) -> tuple[float, float]:
     """run.abort() while the LLM node blocks: (abort -> node's terminal event,
     abort -> run's terminal event), both as observed by the iterating thread."""
-    run = workflow.run({"query": "SILENCE"}, routes=routes)
+    run = workflow.run({"query": "SILENCE"}, settings=routes)
     start = node_done = 0.0
     for event in run:
         if isinstance(event, ev.NodeStarted) and event.node_id == "llm":
@@ -121,12 +122,8 @@ def main() -> None:
         client = LLMClient(base_url=server.base_url)
         gate_cancel_latency(client)
         cancel = [gate_cancel_latency(client) for _ in range(args.trials)]
-        routes = ModelRoutes(
-            ModelsFile(
-                providers={
-                    "bench": ProviderRoute(kind="openai-compatible", base_url=server.base_url)
-                }
-            )
+        routes = RuntimeSettings(
+            providers={"bench": ProviderRoute(kind="openai-compatible", base_url=server.base_url)}
         )
         workflow = load_workflow(flow())
         aborts = [abort_latency(workflow, routes) for _ in range(args.trials)]

@@ -20,7 +20,8 @@ from typing import Any  # noqa: E402
 from bench.common import header, line, ms, one_llm_flow, percentile  # noqa: E402
 from runtime import events as ev  # noqa: E402
 from runtime import load_workflow  # noqa: E402
-from runtime.model_routes import ModelRoutes, ModelsFile, ProviderRoute  # noqa: E402
+from runtime.settings import RuntimeSettings  # noqa: E402
+from runtime.settings.providers import ProviderRoute  # noqa: E402
 
 PROMPT = "Name one colour."
 PARAMS = {"temperature": 0, "max_tokens": 8, "seed": 1}
@@ -78,9 +79,9 @@ def flow() -> dict[str, Any]:
     )
 
 
-def runtime_ttft(workflow: Any, routes: ModelRoutes) -> float:
+def runtime_ttft(workflow: Any, routes: RuntimeSettings) -> float:
     start = time.perf_counter()
-    run = workflow.run({"query": PROMPT}, routes=routes)
+    run = workflow.run({"query": PROMPT}, settings=routes)
     ttft = None
     for event in run:
         if ttft is None and isinstance(event, ev.NodeChunk) and event.text:
@@ -106,12 +107,8 @@ def main() -> None:
         return
     try:
         assert server.port is not None
-        routes = ModelRoutes(
-            ModelsFile(
-                providers={
-                    "llama": ProviderRoute(kind="openai-compatible", base_url=server.base_url)
-                }
-            )
+        routes = RuntimeSettings(
+            providers={"llama": ProviderRoute(kind="openai-compatible", base_url=server.base_url)}
         )
         workflow = load_workflow(flow())
         for _ in range(3):  # warm-up: prompt cache, connections, imports

@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from locales.localized_error import LocalizedError
 from nodes.cancel import CancelToken
 from nodes.selectors import Selector, TextSegment, parse_template
 
 if TYPE_CHECKING:
     from plugin_daemon_client.fallback import BreakerBook, FallbackEvent, FallbackPolicy
-    from plugin_daemon_client.gate import Probe
+    from plugin_daemon_client.gate import Probe, WaitInfo
 
 # Edge handles. Success edges are `source`; Dify's older exports say `success-branch`.
 SUCCESS_HANDLE = "source"
@@ -78,20 +79,22 @@ class RoutePlan:
         return (self.primary, *self.fallbacks)
 
 
-class RoutePlanner(ClientProvider, Protocol):
-    """A client provider that also knows routes, probes and fallback chains."""
+@runtime_checkable
+class RoutePlanner(Protocol):
+    """Knows routes, probes and fallback chains (the runtime's `RouteClients`)."""
 
     def plan_for(self, provider: str) -> RoutePlan: ...
 
 
-def plan_for(clients: ClientProvider, provider: str) -> RoutePlan:
+# What serves a run's LLM nodes: the runtime's routes, or an embedder's own clients.
+Clients = ClientProvider | RoutePlanner
+
+
+def plan_for(clients: Clients, provider: str) -> RoutePlan:
     """The route plan for `provider`; a plain client provider gets a single target
     with no probe and no route settings (the budget formula still applies)."""
-    planner = getattr(clients, "plan_for", None)
-    if callable(planner):
-        plan = planner(provider)
-        if isinstance(plan, RoutePlan):
-            return plan
+    if isinstance(clients, RoutePlanner):
+        return clients.plan_for(provider)
     return RoutePlan(RouteTarget(provider, clients.client_for(provider)))
 
 
@@ -100,28 +103,23 @@ class ChunkSink(Protocol):
 
 
 class WaitSink(Protocol):
-    def __call__(self, info: Any, target: str | None = None) -> None: ...
+    def __call__(self, info: WaitInfo, target: str | None = None) -> None: ...
 
 
 def _ignore_chunk(text: str, target: str | None = None) -> None:
     return None
 
 
-def _ignore_wait(info: Any, target: str | None = None) -> None:
+def _ignore_wait(info: WaitInfo, target: str | None = None) -> None:
     return None
 
 
-def _ignore_event(event: Any) -> None:
+def _ignore_event(event: FallbackEvent) -> None:
     return None
 
 
-class NodeRunError(Exception):
-    """A node failed for a reason of its own (not the transport's): carries a message key."""
-
-    def __init__(self, message_key: str, english: str, **params: Any) -> None:
-        super().__init__(english)
-        self.message_key = message_key
-        self.params = params
+class NodeRunError(LocalizedError):
+    """A node failed for a reason of its own (not the transport's)."""
 
 
 @dataclass(slots=True)
@@ -136,9 +134,9 @@ class NodeContext:
     # fallback chain tries several per attempt), None when unknown.
     emit_chunk: ChunkSink = _ignore_chunk
     emit_wait: WaitSink = _ignore_wait
-    # A `plugin_daemon_client.fallback.FallbackEvent`: swaps, caps, skips, budget stops.
-    emit_fallback: Callable[[Any], None] = _ignore_event
-    clients: ClientProvider | None = None
+    # Swaps, caps, skips and budget stops of a fallback chain.
+    emit_fallback: Callable[[FallbackEvent], None] = _ignore_event
+    clients: Clients | None = None
     inputs: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -4,31 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
-OPERATORS = (
-    "contains",
-    "not contains",
-    "start with",
-    "end with",
-    "is",
-    "is not",
-    "empty",
-    "not empty",
-    "in",
-    "not in",
-    "all of",
-    "=",
-    "≠",
-    ">",
-    "<",
-    "≥",
-    "≤",
-    "null",
-    "not null",
-    "exists",
-    "not exists",
-)
+Operator = Literal[
+    "contains", "not contains", "start with", "end with", "is", "is not",
+    "empty", "not empty", "in", "not in", "all of",
+    "=", "≠", ">", "<", "≥", "≤",
+    "null", "not null", "exists", "not exists",
+]  # fmt: skip
 
 # Operators that compare against nothing: their `value` is ignored.
 UNARY = frozenset({"empty", "not empty", "null", "not null", "exists", "not exists"})

@@ -3,6 +3,8 @@ validators that give DSL mistakes a message key and a plain-language message.
 
 A validator raises `PydanticCustomError(message_key, english, params)`: the
 loader turns that into a located problem and renders it through `locales`.
+A fixed set of words is a `Literal` type: pydantic's `literal_error` is mapped
+onto the one `dsl.choice` message in `runtime.problems`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from nodes.selectors import Selector
 def shown(value: Any) -> str:
     """How a wrong value is quoted in a message: JSON, so strings keep their quotes."""
     try:
-        return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         return repr(value)
 
@@ -42,7 +44,10 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
-def bounded_int(lo: int, hi: int) -> Any:
+def between(lo: int, hi: int) -> BeforeValidator:
+    """An integer field's bounds: `Annotated[int, between(0, 10)]`; integral floats
+    and digit strings are accepted, anything else is a `dsl.intRange` problem."""
+
     def check(value: Any) -> int:
         number = _as_int(value)
         if number is None or not lo <= number <= hi:
@@ -55,7 +60,7 @@ def bounded_int(lo: int, hi: int) -> Any:
             )
         return number
 
-    return Annotated[int, BeforeValidator(check)]
+    return BeforeValidator(check)
 
 
 def _milliseconds(value: Any) -> int | None:
@@ -72,20 +77,6 @@ def _milliseconds(value: Any) -> int | None:
 
 
 Milliseconds = Annotated[int | None, BeforeValidator(_milliseconds)]
-
-
-def choice(*options: str) -> Any:
-    def check(value: Any) -> str:
-        if value not in options:
-            raise dsl_error(
-                "dsl.choice",
-                "must be one of {choices}, got {got}",
-                choices=", ".join(options),
-                got=shown(value),
-            )
-        return value
-
-    return Annotated[str, BeforeValidator(check)]
 
 
 def _selector(value: Any) -> Selector:
@@ -113,19 +104,14 @@ class DslModel(BaseModel):
 
 class RetryConfig(DslModel):
     retry_enabled: bool = False
-    max_retries: bounded_int(0, 10) = 0  # type: ignore[valid-type]
+    max_retries: Annotated[int, between(0, 10)] = 0
     # Milliseconds between attempts. Dify's editor offers 100-5000; we allow up to a minute.
-    retry_interval: bounded_int(0, 60_000) = 0  # type: ignore[valid-type]
+    retry_interval: Annotated[int, between(0, 60_000)] = 0
 
 
-DEFAULT_VALUE_TYPES = (
-    "string",
-    "number",
-    "object",
-    "array[string]",
-    "array[number]",
-    "array[object]",
-)
+DefaultValueType = Literal[
+    "string", "number", "object", "array[string]", "array[number]", "array[object]"
+]
 
 
 def _decode_json(value: Any) -> Any:
@@ -176,7 +162,7 @@ def coerce_default(kind: str, value: Any) -> Any:
 
 class DefaultValue(DslModel):
     key: Annotated[str, Field(min_length=1)]
-    type: choice(*DEFAULT_VALUE_TYPES)  # type: ignore[valid-type]
+    type: DefaultValueType
     value: Any = None
 
     @field_validator("value")
@@ -189,17 +175,9 @@ class DefaultValue(DslModel):
 ErrorStrategy = Literal["fail-branch", "default-value"]
 
 
-def _strategy(value: Any) -> str | None:
-    if value in (None, "", "none"):
-        return None
-    if value not in ("fail-branch", "default-value"):
-        raise dsl_error(
-            "dsl.choice",
-            "must be one of {choices}, got {got}",
-            choices="fail-branch, default-value",
-            got=shown(value),
-        )
-    return value
+def _no_strategy(value: Any) -> Any:
+    # The editor writes "none" (or nothing) for "no error handling".
+    return None if value in ("", "none") else value
 
 
 class BaseNodeData(DslModel):
@@ -208,6 +186,6 @@ class BaseNodeData(DslModel):
     type: str
     title: str = ""
     desc: str = ""
-    error_strategy: Annotated[ErrorStrategy | None, BeforeValidator(_strategy)] = None
+    error_strategy: Annotated[ErrorStrategy | None, BeforeValidator(_no_strategy)] = None
     default_value: list[DefaultValue] = Field(default_factory=list)
     retry_config: RetryConfig = Field(default_factory=RetryConfig)

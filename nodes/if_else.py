@@ -3,13 +3,13 @@ edge handle to follow, `false` when none holds."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
 from nodes.base import NodeContext, NodeResult, render_selectors
-from nodes.comparison import OPERATORS, UNARY, compare, normalize_operator
-from nodes.config import BaseNodeData, DslModel, SelectorField, choice, dsl_error, shown
+from nodes.comparison import UNARY, Operator, compare, normalize_operator
+from nodes.config import BaseNodeData, DslModel, SelectorField
 from nodes.selectors import Selector, template_selectors
 
 TYPE = "if-else"
@@ -17,33 +17,26 @@ SUPPORTS_RETRY = False
 ELSE_HANDLE = "false"
 
 
-def _operator(value: Any) -> str:
-    if not isinstance(value, str) or normalize_operator(value) not in OPERATORS:
-        raise dsl_error(
-            "dsl.choice",
-            "must be one of {choices}, got {got}",
-            choices=", ".join(OPERATORS),
-            got=shown(value),
-        )
-    return normalize_operator(value)
+def _operator(value: Any) -> Any:
+    return normalize_operator(value) if isinstance(value, str) else value
 
 
 class Condition(DslModel):
     variable_selector: SelectorField
-    comparison_operator: Annotated[str, BeforeValidator(_operator)]
+    comparison_operator: Annotated[Operator, BeforeValidator(_operator)]
     value: Any = None
 
 
 class Case(DslModel):
     case_id: str = Field(min_length=1)
-    logical_operator: choice("and", "or") = "and"  # type: ignore[valid-type]
+    logical_operator: Literal["and", "or"] = "and"
     conditions: list[Condition] = Field(default_factory=list)
 
 
 class Data(BaseNodeData):
     cases: list[Case] = Field(default_factory=list)
     # Older exports: one implicit case with id "true".
-    logical_operator: choice("and", "or") = "and"  # type: ignore[valid-type]
+    logical_operator: Literal["and", "or"] = "and"
     conditions: list[Condition] = Field(default_factory=list)
 
     @model_validator(mode="after")

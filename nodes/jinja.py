@@ -28,16 +28,7 @@ def render_jinja(template: str, variables: Mapping[str, Any]) -> str:
     try:
         text = _compiled(template).render(**variables)
     except TemplateError as exc:
-        raise NodeRunError(
-            "dsl.node.templateError",
-            f"the Jinja2 template failed: {exc}",
-            detail=str(exc),
-        ) from exc
+        raise NodeRunError("dsl.node.templateError", detail=str(exc)) from exc
     if len(text) > MAX_OUTPUT_CHARS:
-        raise NodeRunError(
-            "dsl.node.templateTooLong",
-            f"the template rendered {len(text)} characters, more than {MAX_OUTPUT_CHARS}",
-            size=len(text),
-            limit=MAX_OUTPUT_CHARS,
-        )
+        raise NodeRunError("dsl.node.templateTooLong", size=len(text), limit=MAX_OUTPUT_CHARS)
     return text

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -28,7 +28,6 @@ from nodes.config import (
     Milliseconds,
     SelectorField,
     _as_int,
-    choice,
     dsl_error,
     shown,
 )
@@ -37,7 +36,7 @@ from nodes.selectors import Selector, template_selectors
 
 if TYPE_CHECKING:
     from plugin_daemon_client.first_token_budget import ResolvedBudget
-    from plugin_daemon_client.gate import Gate
+    from plugin_daemon_client.gate import Gate, WaitInfo
 
 TYPE = "llm"
 SUPPORTS_RETRY = True
@@ -51,14 +50,14 @@ CONTEXT_PLACEHOLDER = "{{#context#}}"
 class ModelConfig(DslModel):
     provider: str = Field(min_length=1)
     name: str = Field(min_length=1)
-    mode: choice("chat", "completion") = "chat"  # type: ignore[valid-type]
+    mode: Literal["chat", "completion"] = "chat"
     completion_params: dict[str, Any] = Field(default_factory=dict)
 
 
 class PromptMessage(DslModel):
-    role: choice("system", "user", "assistant") = "user"  # type: ignore[valid-type]
+    role: Literal["system", "user", "assistant"] = "user"
     text: str = ""
-    edition_type: choice("basic", "jinja2") = "basic"  # type: ignore[valid-type]
+    edition_type: Literal["basic", "jinja2"] = "basic"
     jinja2_text: str | None = None
 
 
@@ -183,7 +182,7 @@ def build_messages(data: Data, variables: VariableReader) -> list[dict[str, str]
         role = "user" if data.model.mode == "completion" else message.role
         messages.append({"role": role, "content": content})
     if not messages:
-        raise NodeRunError("dsl.node.emptyPrompt", "the LLM node has no prompt messages")
+        raise NodeRunError("dsl.node.emptyPrompt")
     return messages
 
 
@@ -269,7 +268,7 @@ def _gate(call: _Call, target: RouteTarget, budget: ResolvedBudget) -> Iterator[
 
     invocation = call.data.invocation
 
-    def on_wait(info: Any) -> None:
+    def on_wait(info: WaitInfo) -> None:
         call.ctx.emit_wait(info, target=target.name)
 
     with (
@@ -371,7 +370,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     from plugin_daemon_client.first_token_budget import estimate_prompt_tokens
 
     if ctx.clients is None:
-        raise NodeRunError("dsl.node.noModelRoute", "no model route is configured for LLM nodes")
+        raise NodeRunError("dsl.node.noModelRoute")
     messages = build_messages(data, ctx.variables)
     parameters, stop = model_parameters(data)
     plan = plan_for(ctx.clients, data.model.provider)

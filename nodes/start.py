@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
 from nodes.base import NodeContext, NodeResult, NodeRunError
-from nodes.config import BaseNodeData, DslModel, choice
+from nodes.config import BaseNodeData, DslModel
 from nodes.selectors import Selector
 
 TYPE = "start"
 SUPPORTS_RETRY = False
 
-INPUT_TYPES = ("text-input", "paragraph", "select", "number", "checkbox", "json_object")
+InputType = Literal["text-input", "paragraph", "select", "number", "checkbox", "json_object"]
 
 
 class InputVariable(DslModel):
     variable: str = Field(min_length=1)
     label: str = ""
-    type: choice(*INPUT_TYPES) = "text-input"  # type: ignore[valid-type]
+    type: InputType = "text-input"
     required: bool = False
     max_length: int | None = None
     options: list[str] = Field(default_factory=list)
@@ -48,7 +48,6 @@ def _coerce(spec: InputVariable, raw: Any) -> Any:
     def bad(expected: str) -> InputError:
         return InputError(
             "dsl.input.type",
-            f"input {spec.variable!r} must be {expected}, got {raw!r}",
             name=spec.variable,
             expected=expected,
             got=repr(raw),
@@ -87,7 +86,6 @@ def _coerce(spec: InputVariable, raw: Any) -> Any:
     if spec.max_length and len(text) > spec.max_length:
         raise InputError(
             "dsl.input.tooLong",
-            f"input {spec.variable!r} is longer than {spec.max_length} characters",
             name=spec.variable,
             max=spec.max_length,
         )
@@ -101,7 +99,6 @@ def validate_inputs(data: Data, inputs: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise InputError(
             "dsl.input.unknown",
-            f"unknown input {unknown[0]!r}; the start node declares: {', '.join(sorted(declared)) or '(none)'}",
             name=unknown[0],
             declared=", ".join(sorted(declared)) or "(none)",
         )
@@ -114,7 +111,6 @@ def validate_inputs(data: Data, inputs: Mapping[str, Any]) -> dict[str, Any]:
             elif spec.required:
                 raise InputError(
                     "dsl.input.missing",
-                    f"input {spec.variable!r} is required",
                     name=spec.variable,
                 )
             else:

@@ -43,7 +43,7 @@ from typing import Any
 import httpcore
 import httpx
 
-import locales
+from locales.localized_error import LocalizedError
 
 # Which deadline fired. The values are part of the public surface (events, logs).
 FIRST_TOKEN = "first_token"
@@ -90,27 +90,15 @@ class StreamProgress:
         return "".join(self.parts)
 
 
-class FirstGateError(Exception):
+class FirstGateError(LocalizedError):
     """Base of every error raised by `plugin_daemon_client`."""
 
-    message_key: str = ""
     transient: bool = False
 
-    def __init__(self, message_key: str | None = None, **params: Any) -> None:
-        if message_key:
-            self.message_key = message_key
-        self.params: dict[str, Any] = params
-        super().__init__(self.render())
-
-    def render(self, locale: str | None = None) -> str:
-        return locales.t(self.message_key, locale, **self.params)
-
     @property
-    def error_type(self) -> str:
-        return type(self).__name__
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self)!r})"
+    def partial_text(self) -> str:
+        """The reply text that had arrived before the error ("" when none could)."""
+        return ""
 
 
 class GateConfigError(FirstGateError, ValueError):

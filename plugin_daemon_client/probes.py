@@ -38,7 +38,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 import httpx
@@ -47,14 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from .gate import ProbeAnswer
 
 ProbeKind = Literal["auto", "llama.cpp-slots", "llama.cpp-metrics", "vllm", "gate", "off"]
-PROBE_KINDS: tuple[str, ...] = (
-    "auto",
-    "llama.cpp-slots",
-    "llama.cpp-metrics",
-    "vllm",
-    "gate",
-    "off",
-)
+PROBE_KINDS: tuple[str, ...] = get_args(ProbeKind)
 DEFAULT_PROBE_TIMEOUT_S = 4.0
 # A status body is small; a vLLM /metrics page is tens of KiB. Anything far
 # larger is not what we asked for.

@@ -2,7 +2,8 @@
 
 from runtime import load_workflow
 workflow = load_workflow("flow.yml")          # or a dict; raises DslError
-run = workflow.run({"query": "hi"})           # raises InputError / RouteError
+settings = load_settings("models.yaml")       # optional; raises DslError
+run = workflow.run({"query": "hi"}, settings=settings)  # raises InputError / RouteError
 for event in run:                             # typed dataclasses, in order
     ...
 run.abort()                                   # from any thread or greenlet
@@ -12,19 +13,20 @@ from runtime.engine import WorkflowRun
 from runtime.events import Event
 from runtime.limits import RunLimits
 from runtime.loader import load_workflow
-from runtime.model_routes import ModelRoutes, RouteError, load_models
 from runtime.problems import DslError, Problem
+from runtime.routes import RouteError
+from runtime.settings import RuntimeSettings, load_settings
 from runtime.workflow import Workflow
 
 __all__ = [
     "DslError",
     "Event",
-    "ModelRoutes",
     "Problem",
     "RouteError",
     "RunLimits",
+    "RuntimeSettings",
     "Workflow",
     "WorkflowRun",
-    "load_models",
+    "load_settings",
     "load_workflow",
 ]

@@ -17,24 +17,22 @@ import threading
 from collections.abc import Iterator, Sequence
 
 import locales
+from locales.localized_error import LocalizedError
 from nodes.start import InputError
 from runtime import events as ev
 from runtime.engine import WorkflowRun
 from runtime.loader import load_workflow
 from runtime.messages import render_error
-from runtime.model_routes import ModelRoutes, RouteError, load_models
 from runtime.problems import DslError
+from runtime.routes import RouteError
+from runtime.settings import load_settings
 from runtime.terminal import HumanView, json_line
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 
-class BadInputArgError(Exception):
+class BadInputArgError(LocalizedError):
     message_key = "cli.badInputArg"
-
-    def __init__(self, got: str) -> None:
-        super().__init__(f"--input expects KEY=VALUE, got {got!r}")
-        self.params = {"got": repr(got)}
 
 
 def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
@@ -42,7 +40,7 @@ def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise BadInputArgError(pair)
+            raise BadInputArgError(got=repr(pair))
         inputs[key.strip()] = value
     return inputs
 
@@ -53,7 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a workflow and stream its answer")
     run.add_argument("flow")
     run.add_argument("--input", "-i", action="append", default=[], metavar="KEY=VALUE")
-    run.add_argument("--models", metavar="MODELS.yaml", help="where each model provider is served")
+    run.add_argument(
+        "--models",
+        "--settings",
+        metavar="SETTINGS.yaml",
+        help="the runtime settings file: where each model provider is served, and more",
+    )
     run.add_argument("--json", action="store_true", help="one JSON object per event per line")
     run.add_argument("--locale", help="language of messages (default: from LANG)")
     validate = commands.add_parser("validate", help="check a workflow file and list every problem")
@@ -111,8 +114,8 @@ def cmd_validate(flow: str, locale: str) -> int:
 def cmd_run(args: argparse.Namespace, locale: str) -> int:
     try:
         workflow = load_workflow(args.flow)
-        routes = load_models(args.models) if args.models else ModelRoutes()
-        run = workflow.run(parse_inputs(args.input), routes=routes)
+        settings = load_settings(args.models) if args.models else None
+        run = workflow.run(parse_inputs(args.input), settings=settings)
     except (DslError, InputError, RouteError, BadInputArgError) as exc:
         if isinstance(exc, DslError) and not args.json:
             print(

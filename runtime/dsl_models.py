@@ -6,14 +6,14 @@ raw so that one broken node does not hide problems in the others.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
 from nodes.base import LEGACY_SUCCESS_HANDLE, SUCCESS_HANDLE
-from nodes.config import DslModel, choice
+from nodes.config import DslModel
 
-MODES = ("workflow", "advanced-chat")
+Mode = Literal["workflow", "advanced-chat"]
 
 
 def _handle(value: Any) -> str:
@@ -32,7 +32,7 @@ TextId = Annotated[str, BeforeValidator(_text_id)]
 
 class App(DslModel):
     name: str = ""
-    mode: choice(*MODES)  # type: ignore[valid-type]
+    mode: Mode
 
 
 class Edge(DslModel):
@@ -66,6 +66,6 @@ class WorkflowSection(DslModel):
 
 class Document(DslModel):
     version: str = ""
-    kind: choice("app") = "app"  # type: ignore[valid-type]
+    kind: Literal["app"] = "app"
     app: App
     workflow: WorkflowSection

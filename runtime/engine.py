@@ -17,18 +17,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.base import ClientProvider, NodeContext
+from nodes.base import Clients, NodeContext
 from nodes.cancel import CancelToken
+from plugin_daemon_client.errors import FirstGateError
+from plugin_daemon_client.fallback import FallbackEvent
+from plugin_daemon_client.gate import WaitInfo
 from runtime import events as ev
 from runtime.answer_stream import AnswerStreamer, Piece
 from runtime.error_handler import Outcome, Status, error_type, execute
-from runtime.graph import NodeDef
+from runtime.graph import Graph, NodeDef
 from runtime.limits import Deadline, LimitExceededError, RunLimits, steps_exceeded, time_exceeded
-from runtime.model_routes import RouteClients
+from runtime.route_clients import RouteClients
 from runtime.scheduler import Scheduler
 from runtime.variable_pool import VariablePool
 from runtime.worker_pool import WorkerPool
-from runtime.workflow import Workflow
 
 # How long a stopped run waits for its in-flight nodes to notice the cancel.
 DRAIN_GRACE_S = 5.0
@@ -52,17 +54,19 @@ class WorkflowRun:
 
     def __init__(
         self,
-        workflow: Workflow,
+        graph: Graph,
         inputs: dict[str, Any],
         *,
+        environment: dict[str, Any],
+        providers: set[str],
         query: str,
-        clients: ClientProvider,
+        clients: Clients,
         limits: RunLimits,
         max_workers: int,
         run_id: str,
     ) -> None:
-        self.workflow = workflow
-        self.graph = workflow.graph
+        self.graph = graph
+        self.providers = providers  # of the LLM nodes the run can reach
         self.inputs = inputs
         self.run_id = run_id
         self.limits = limits
@@ -79,7 +83,7 @@ class WorkflowRun:
                 "conversation_id": "",
                 "dialogue_count": 0,
             },
-            workflow.environment,
+            environment,
         )
         self.scheduler = Scheduler(self.graph)
         self.streamer = AnswerStreamer(self.graph, self.scheduler, self.pool)
@@ -146,7 +150,7 @@ class WorkflowRun:
             deadline.start()
             try:
                 if isinstance(self.clients, RouteClients) and self.clients.needs_local(
-                    self.workflow.llm_providers()
+                    self.providers
                 ):
                     # Started here, in the caller's thread, so the server dies with us.
                     self.clients.start_local()
@@ -170,9 +174,8 @@ class WorkflowRun:
             deadline.cancel()
             self.cancel.cancel("run finished")
             self._workers.shutdown(timeout=1.0)
-            close = getattr(self.clients, "close", None)
-            if callable(close):
-                close()
+            if isinstance(self.clients, RouteClients):
+                self.clients.close()
 
     def _launch(self, node_id: str) -> Iterator[ev.Event]:
         if self.cancel.cancelled:
@@ -214,21 +217,21 @@ class WorkflowRun:
                 )
             )
 
-        def wait(info: Any, target: str | None = None) -> None:
+        def wait(info: WaitInfo, target: str | None = None) -> None:
             self._queue.put(
                 ev.NodeWaiting(
                     elapsed=self._elapsed(),
                     attempt=attempt,
-                    wait_elapsed=float(getattr(info, "elapsed_s", 0.0)),
-                    message=str(getattr(info, "message", "")),
-                    message_key=str(getattr(info, "message_key", "")),
-                    params=dict(getattr(info, "params", {}) or {}),
+                    wait_elapsed=info.elapsed_s,
+                    message=info.message,
+                    message_key=info.message_key,
+                    params=info.params,
                     target=target,
                     **common,
                 )
             )
 
-        def fallback(event: Any) -> None:
+        def fallback(event: FallbackEvent) -> None:
             self._queue.put(self._fallback_event(event, attempt, common))
 
         return NodeContext(
@@ -243,19 +246,19 @@ class WorkflowRun:
             inputs=self.inputs,
         )
 
-    def _fallback_event(self, event: Any, attempt: int, common: dict[str, str]) -> ev.NodeFallback:
-        """A `FallbackEvent` of the transport as a typed run event (duck-typed: the
-        engine does not depend on the chain's classes)."""
-        params = dict(getattr(event, "params", {}) or {})
+    def _fallback_event(
+        self, event: FallbackEvent, attempt: int, common: dict[str, str]
+    ) -> ev.NodeFallback:
+        """A decision of the transport's fallback chain as a run event."""
         return ev.NodeFallback(
             elapsed=self._elapsed(),
             attempt=attempt,
-            kind=str(getattr(event, "kind", "")),
-            reason=str(getattr(event, "reason", "")),
-            target=getattr(event, "target", None),
-            message=str(getattr(event, "message", "")),
-            message_key=str(getattr(event, "message_key", "")),
-            params=params,
+            kind=event.kind,
+            reason=event.reason,
+            target=event.target,
+            message=event.message,
+            message_key=event.message_key,
+            params=dict(event.params),
             **common,
         )
 
@@ -270,7 +273,7 @@ class WorkflowRun:
                     attempt=attempt,
                     error_type=error_type(exc),
                     error_message=str(exc),
-                    partial_text=str(getattr(exc, "partial_text", "") or ""),
+                    partial_text=exc.partial_text if isinstance(exc, FirstGateError) else "",
                     retry_interval_ms=interval_ms,
                     error=exc,
                 )

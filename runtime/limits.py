@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from locales.localized_error import LocalizedError
+
 
 @dataclass(frozen=True, slots=True)
 class RunLimits:
@@ -14,23 +16,16 @@ class RunLimits:
     max_run_seconds: float | None = 1200.0  # Dify's WORKFLOW_MAX_EXECUTION_TIME
 
 
-class LimitExceededError(Exception):
-    def __init__(self, message_key: str, english: str, **params: object) -> None:
-        super().__init__(english)
-        self.message_key = message_key
-        self.params = params
+class LimitExceededError(LocalizedError):
+    """The run went past one of its limits."""
 
 
 def steps_exceeded(limit: int) -> LimitExceededError:
-    return LimitExceededError(
-        "cli.limit.steps", f"the run exceeded its limit of {limit} node executions", limit=limit
-    )
+    return LimitExceededError("cli.limit.steps", limit=limit)
 
 
 def time_exceeded(limit: float) -> LimitExceededError:
-    return LimitExceededError(
-        "cli.limit.time", f"the run exceeded its time limit of {limit:g} s", limit=f"{limit:g}"
-    )
+    return LimitExceededError("cli.limit.time", limit=f"{limit:g}")
 
 
 class Deadline:

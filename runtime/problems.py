@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +10,8 @@ from typing import Any
 from pydantic import ValidationError
 
 import locales
+from locales.localized_error import LocalizedError
+from nodes.config import shown
 
 # Pydantic's own error types -> our message keys (custom validators already use ours).
 _BUILTIN_KEYS = {
@@ -24,15 +26,16 @@ _BUILTIN_KEYS = {
     "dict_type": "dsl.field.object",
     "model_type": "dsl.field.object",
     "model_attributes_type": "dsl.field.object",
-    "literal_error": "dsl.field.choice",
+    "literal_error": "dsl.choice",
 }
 
+# The values in pydantic's `literal_error` context, each repr()-quoted.
+_QUOTED = re.compile(r"'([^']*)'")
 
-def _shown(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
+
+def _choices(expected: str) -> str:
+    """pydantic's `'a', 'b' or 'c'` (English) as `a, b, c` for any locale."""
+    return ", ".join(_QUOTED.findall(expected)) or expected
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +69,14 @@ class Problem:
         return self.render()
 
 
-class DslError(Exception):
+class DslError(LocalizedError):
     """The workflow file cannot run; `problems` lists every reason at once."""
 
     message_key = "dsl.invalid"
 
     def __init__(self, problems: Sequence[Problem]) -> None:
         self.problems = list(problems)
-        self.params = {"count": len(self.problems)}
-        super().__init__("\n".join(str(p) for p in self.problems))
+        super().__init__(count=len(self.problems))
 
     def render(self, locale: str | None = None) -> str:
         return "\n".join(p.render(locale) for p in self.problems)
@@ -110,9 +112,9 @@ def problems_from_validation(
         if kind.startswith("dsl."):
             problem = Problem(kind, ctx, node, path or None)
         elif kind in _BUILTIN_KEYS:
-            params = {"got": _shown(item.get("input"))}
+            params = {"got": shown(item.get("input"))}
             if kind == "literal_error":
-                params["choices"] = str(ctx.get("expected", ""))
+                params["choices"] = _choices(str(ctx.get("expected", "")))
             problem = Problem(_BUILTIN_KEYS[kind], params, node, path or None)
         else:
             problem = Problem("dsl.field.invalid", {"detail": item["msg"]}, node, path or None)

@@ -8,13 +8,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nodes import start
+from runtime.engine import WorkflowRun
 from runtime.graph import Graph, NodeDef
 from runtime.limits import RunLimits
+from runtime.route_clients import RouteClients
+from runtime.routes import ModelRoutes
 
 if TYPE_CHECKING:
-    from nodes.base import ClientProvider
-    from runtime.engine import WorkflowRun
-    from runtime.model_routes import ModelRoutes
+    from nodes.base import Clients
+    from runtime.settings import RuntimeSettings
 
 
 @dataclass(slots=True)
@@ -61,29 +63,31 @@ class Workflow:
         inputs: Mapping[str, Any] | None = None,
         *,
         query: str | None = None,
-        routes: ModelRoutes | None = None,
+        settings: RuntimeSettings | None = None,
         limits: RunLimits | None = None,
         max_workers: int = 16,
         run_id: str | None = None,
-        clients: ClientProvider | None = None,
+        clients: Clients | None = None,
     ) -> WorkflowRun:
         """Start a run; iterate the returned object for events, call `.abort()` to stop it.
 
+        `settings` is the runtime settings file's content (`load_settings`);
+        without it every provider is served by the embedded llama-server.
         Raises start.InputError for inputs that do not fit the start node and
         RouteError for a route whose credential variable is unset. `clients`
         replaces the routes with your own provider of transport clients.
         """
-        from runtime.engine import WorkflowRun
-        from runtime.model_routes import ModelRoutes, RouteClients
-
         values, sys_query = self.prepare_inputs(inputs or {}, query)
+        providers = self.llm_providers()
         if clients is None:
-            routes = routes or ModelRoutes()
-            routes.check(self.llm_providers())
+            routes = ModelRoutes(settings)
+            routes.check(providers)
             clients = RouteClients(routes)
         return WorkflowRun(
-            self,
+            self.graph,
             values,
+            environment=self.environment,
+            providers=providers,
             query=sys_query,
             clients=clients,
             limits=limits or RunLimits(),

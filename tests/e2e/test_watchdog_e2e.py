@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from runtime import ModelRoutes, load_workflow
 from runtime import events as ev
-from runtime.model_routes import ModelsFile, ProviderRoute
+from runtime import load_workflow
+from runtime.settings import RuntimeSettings
+from runtime.settings.providers import ProviderRoute
 from tests.e2e.test_workflow_e2e import MAX_WORDS, first_token_delay, flow, long_text
 
 MIN_EVAL_S = 3.0
@@ -29,15 +30,15 @@ CALIBRATION_BUDGET_MS = 120_000
 TEST_BOUND_S = 60.0
 
 
-def routes(server: Any, **route: Any) -> ModelRoutes:
+def routes(server: Any, **route: Any) -> RuntimeSettings:
     spec = ProviderRoute(kind="openai-compatible", base_url=server.base_url, **route)
-    return ModelRoutes(ModelsFile(providers={"local": spec}, default="local"))
+    return RuntimeSettings(providers={"local": spec}, default="local")
 
 
 def run(server: Any, budget_ms: int, doc: str, **route: Any) -> list[ev.Event]:
     workflow = load_workflow(flow(budget_ms))
     inputs = {"doc": doc, "nonce": uuid.uuid4().hex}
-    return list(workflow.run(inputs, routes=routes(server, **route)))
+    return list(workflow.run(inputs, settings=routes(server, **route)))
 
 
 def calibrate(server: Any) -> tuple[str, float]:

@@ -24,9 +24,10 @@ import httpx
 import pytest
 import yaml
 
-from runtime import ModelRoutes, load_workflow
 from runtime import events as ev
-from runtime.model_routes import ModelsFile, ProviderRoute
+from runtime import load_workflow
+from runtime.settings import RuntimeSettings
+from runtime.settings.providers import ProviderRoute
 from tests.e2e.signals import default_sigint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,9 +126,9 @@ def flow(first_token_timeout_ms: int, *, max_tokens: int = 16) -> dict[str, Any]
     }
 
 
-def routes_for(server: Any, probe: str | None = None) -> ModelRoutes:
+def routes_for(server: Any, probe: str | None = None) -> RuntimeSettings:
     route = ProviderRoute(kind="openai-compatible", base_url=server.base_url, probe=probe)
-    return ModelRoutes(ModelsFile(providers={"local": route}, default="local"))
+    return RuntimeSettings(providers={"local": route}, default="local")
 
 
 def run_flow(
@@ -135,7 +136,7 @@ def run_flow(
 ) -> list[ev.Event]:
     workflow = load_workflow(flow(budget_ms, **kw))
     inputs = {"doc": doc, "nonce": uuid.uuid4().hex}
-    return list(workflow.run(inputs, routes=routes_for(server, probe)))
+    return list(workflow.run(inputs, settings=routes_for(server, probe)))
 
 
 def first_token_delay(events: list[ev.Event]) -> float:

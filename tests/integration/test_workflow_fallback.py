@@ -18,7 +18,8 @@ import yaml
 
 from runtime import events as ev
 from runtime import load_workflow
-from runtime.model_routes import load_models, reset_shared_breakers
+from runtime.breakers import reset_shared_breakers
+from runtime.settings import load_settings
 from tests.fakes import llm_server as fake
 from tests.integration.test_cli import firstgate, lines
 
@@ -99,8 +100,8 @@ def run_yaml(
     tmp_path: Path, flow: dict[str, Any], models: dict[str, Any], query: str = "hi"
 ) -> list[ev.Event]:
     workflow = load_workflow(write_yaml(tmp_path / "flow.yml", flow))
-    routes = load_models(write_yaml(tmp_path / "models.yaml", models))
-    return list(workflow.run({"query": query}, routes=routes))
+    routes = load_settings(write_yaml(tmp_path / "models.yaml", models))
+    return list(workflow.run({"query": query}, settings=routes))
 
 
 def of(events: list[ev.Event], kind: type[Any]) -> list[Any]:
@@ -246,8 +247,8 @@ def test_abort_during_a_fallback_attempt_cancels_it_within_a_second(tmp_path: Pa
         fake.FakeLLMServer(fake.headers_then_silence(30)) as backup,
     ):
         workflow = load_workflow(write_yaml(tmp_path / "flow.yml", flow_doc(retry_config=retry)))
-        routes = load_models(write_yaml(tmp_path / "models.yaml", models_doc(primary, backup)))
-        run = workflow.run({"query": "hi"}, routes=routes)
+        routes = load_settings(write_yaml(tmp_path / "models.yaml", models_doc(primary, backup)))
+        run = workflow.run({"query": "hi"}, settings=routes)
         events: list[ev.Event] = []
         aborted_at: list[float] = []
 

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from runtime import DslError, RouteError, load_workflow
-from runtime.model_routes import load_models
+from runtime.routes import ModelRoutes
+from runtime.settings import load_settings
 from tests.integration.test_cli import firstgate
 from tests.integration.test_workflow_fallback import flow_doc, write_yaml
 
@@ -20,7 +21,7 @@ BASE = {"kind": "openai-compatible", "base_url": "http://127.0.0.1:9/v1"}
 def problems(tmp_path: Path, providers: dict[str, Any], **top: Any) -> list[str]:
     path = write_yaml(tmp_path / "models.yaml", {"providers": providers, **top})
     with pytest.raises(DslError) as info:
-        load_models(path)
+        load_settings(path)
     return [str(p) for p in info.value.problems]
 
 
@@ -91,12 +92,12 @@ def test_good_settings_load_and_fallback_singular_is_accepted(tmp_path: Path) ->
             "breaker": {"threshold": 3, "cooldown_s": 30},
         },
     )
-    routes = load_models(path)
-    a = routes.models.providers["a"]
+    settings = load_settings(path)
+    a = settings.providers["a"]
     assert a.fallbacks == ["b"] and a.probe_kind == "vllm"
     assert a.budget_settings() == {"first_token_timeout_s": "auto", "first_token_per_1k_s": 6.0}
-    assert [name for name, _ in routes.chain_for("a")] == ["a", "b"]
-    assert routes.models.breaker.threshold == 3
+    assert [name for name, _ in ModelRoutes(settings).chain_for("a")] == ["a", "b"]
+    assert settings.breaker.threshold == 3
 
 
 def test_unquoted_yaml_off_disables_the_probe(tmp_path: Path) -> None:
@@ -105,14 +106,14 @@ def test_unquoted_yaml_off_disables_the_probe(tmp_path: Path) -> None:
         "providers:\n  a: {kind: openai-compatible, base_url: 'http://h/v1', probe: off}\n",
         encoding="utf-8",
     )
-    assert load_models(path).models.providers["a"].probe_kind == "off"
+    assert load_settings(path).providers["a"].probe_kind == "off"
 
 
 def test_a_fallback_routes_missing_key_fails_before_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("FG_BACKUP_KEY", raising=False)
-    routes = load_models(
+    routes = load_settings(
         write_yaml(
             tmp_path / "models.yaml",
             {
@@ -125,7 +126,7 @@ def test_a_fallback_routes_missing_key_fails_before_the_run(
     )
     workflow = load_workflow(flow_doc())
     with pytest.raises(RouteError) as info:
-        workflow.run({"query": "hi"}, routes=routes)
+        workflow.run({"query": "hi"}, settings=routes)
     assert info.value.params == {"provider": "primary", "route": "backup", "env": "FG_BACKUP_KEY"}
 
 

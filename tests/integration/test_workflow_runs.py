@@ -11,7 +11,8 @@ import pytest
 
 from runtime import RunLimits, load_workflow
 from runtime import events as ev
-from runtime.model_routes import ModelRoutes, ModelsFile, ProviderRoute
+from runtime.settings import RuntimeSettings
+from runtime.settings.providers import ProviderRoute
 from tests.fakes import llm_server as fake
 
 
@@ -48,14 +49,14 @@ def flow(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]) -> dict[str, 
     }
 
 
-def routes(server: fake.FakeLLMServer) -> ModelRoutes:
+def routes(server: fake.FakeLLMServer) -> RuntimeSettings:
     route = ProviderRoute(kind="openai-compatible", base_url=server.base_url)
-    return ModelRoutes(ModelsFile(providers={"fake": route}))
+    return RuntimeSettings(providers={"fake": route})
 
 
 def run_all(document: dict[str, Any], server: fake.FakeLLMServer, **kwargs: Any) -> list[ev.Event]:
     workflow = load_workflow(document)
-    return list(workflow.run({"query": "hi"}, routes=routes(server), **kwargs))
+    return list(workflow.run({"query": "hi"}, settings=routes(server), **kwargs))
 
 
 def of(events: list[ev.Event], kind: type[ev.Event], node_id: str | None = None) -> list[Any]:
@@ -237,7 +238,7 @@ def _abort_when_streaming(run: Any, node_id: str, delay: float) -> tuple[list[ev
 def test_abort_cancels_an_in_flight_stream_within_a_second() -> None:
     doc = flow([llm_node("llm", retry_config=RETRY)], [edge("start", "llm")])
     with fake.FakeLLMServer(fake.headers_then_silence(30)) as server:
-        run = load_workflow(doc).run({"query": "hi"}, routes=routes(server))
+        run = load_workflow(doc).run({"query": "hi"}, settings=routes(server))
         events, after_abort = _abort_when_streaming(run, "llm", 0.3)
     assert after_abort < 1.0
     (failed,) = of(events, ev.NodeFailed, "llm")
@@ -252,7 +253,7 @@ def test_abort_interrupts_the_retry_interval() -> None:
     slow_retry = {"retry_enabled": True, "max_retries": 3, "retry_interval": 30_000}
     doc = flow([llm_node("llm", retry_config=slow_retry)], [edge("start", "llm")])
     with fake.FakeLLMServer(fake.close_before_token()) as server:
-        run = load_workflow(doc).run({"query": "hi"}, routes=routes(server))
+        run = load_workflow(doc).run({"query": "hi"}, settings=routes(server))
         events: list[ev.Event] = []
         for event in run:
             events.append(event)

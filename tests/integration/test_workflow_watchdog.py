@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 
 from runtime import events as ev
-from runtime.model_routes import ModelRoutes, ModelsFile, ProviderRoute, RouteClients
+from runtime.route_clients import RouteClients
+from runtime.routes import ModelRoutes
+from runtime.settings import RuntimeSettings
+from runtime.settings.providers import ProviderRoute
 from tests.fakes import llm_server as fake
 from tests.fakes import probe_server as ps
 from tests.integration.test_cli import firstgate, lines
@@ -116,21 +119,17 @@ def test_route_clients_build_one_probe_per_route_on_its_own_origin(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("FG_TEST_KEY", "sk-route-secret")
-    routes = ModelRoutes(
-        ModelsFile(
-            providers={
-                "oa": ProviderRoute(
-                    kind="openai-compatible",
-                    base_url="http://127.0.0.1:9/v1",
-                    api_key_env="FG_TEST_KEY",
-                ),
-                "pd": ProviderRoute(
-                    kind="plugin-daemon", base_url="http://127.0.0.1:8", tenant_id="t"
-                ),
-            }
-        )
+    routes = RuntimeSettings(
+        providers={
+            "oa": ProviderRoute(
+                kind="openai-compatible",
+                base_url="http://127.0.0.1:9/v1",
+                api_key_env="FG_TEST_KEY",
+            ),
+            "pd": ProviderRoute(kind="plugin-daemon", base_url="http://127.0.0.1:8", tenant_id="t"),
+        }
     )
-    clients = RouteClients(routes)
+    clients = RouteClients(ModelRoutes(routes))
     try:
         oa = clients.plan_for("oa").primary
         assert clients.plan_for("oa").primary.probe is oa.probe  # built once

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from runtime import events as ev
-from runtime.model_routes import ModelRoutes, ModelsFile, ProviderRoute
+from runtime.settings import RuntimeSettings
+from runtime.settings.providers import ProviderRoute
 
 # Recognisable credentials, planted through the models file's api_key_env.
 OPENAI_KEY_ENV = "FIRSTGATE_RELIABILITY_OPENAI_KEY"
@@ -34,30 +35,28 @@ def plant_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(DAEMON_KEY_ENV, DAEMON_SECRET)
 
 
-def routes(base_root: str) -> ModelRoutes:
+def routes(base_root: str) -> RuntimeSettings:
     """`oa` speaks OpenAI-compatible, `pd` the Dify plugin daemon; both carry a key."""
-    return ModelRoutes(
-        ModelsFile(
-            providers={
-                # No liveness probe: the hostile server would answer GET /slots with a
-                # hostile scenario too, and a stalled probe legitimately delays the
-                # first-token error by up to the probe timeout (tested in
-                # tests/integration/test_watchdog.py); here deadlines must fire on time.
-                "oa": ProviderRoute(
-                    kind="openai-compatible",
-                    base_url=f"{base_root}/v1",
-                    api_key_env=OPENAI_KEY_ENV,
-                    probe="off",
-                ),
-                "pd": ProviderRoute(
-                    kind="plugin-daemon",
-                    base_url=base_root,
-                    api_key_env=DAEMON_KEY_ENV,
-                    tenant_id="tenant-1",
-                    plugin_id="langgenius/fake",
-                ),
-            }
-        )
+    return RuntimeSettings(
+        providers={
+            # No liveness probe: the hostile server would answer GET /slots with a
+            # hostile scenario too, and a stalled probe legitimately delays the
+            # first-token error by up to the probe timeout (tested in
+            # tests/integration/test_watchdog.py); here deadlines must fire on time.
+            "oa": ProviderRoute(
+                kind="openai-compatible",
+                base_url=f"{base_root}/v1",
+                api_key_env=OPENAI_KEY_ENV,
+                probe="off",
+            ),
+            "pd": ProviderRoute(
+                kind="plugin-daemon",
+                base_url=base_root,
+                api_key_env=DAEMON_KEY_ENV,
+                tenant_id="tenant-1",
+                plugin_id="langgenius/fake",
+            ),
+        }
     )
 
 

@@ -132,7 +132,7 @@ def test_chaos_soak(monkeypatch: pytest.MonkeyPatch) -> None:
         def one(index: int) -> tuple[str, list[ev.Event]]:
             tag = f"run-{index}"
             flow = flows["oa" if index % 2 else "pd"]
-            return tag, list(flow.run({"tag": tag}, routes=routes))
+            return tag, list(flow.run({"tag": tag}, settings=routes))
 
         with ThreadPoolExecutor(PARALLEL) as pool:
             for tag, events in pool.map(one, range(RUNS)):
@@ -164,7 +164,7 @@ def test_the_planted_key_really_reaches_the_server(monkeypatch: pytest.MonkeyPat
             flow = load_workflow(
                 support.llm_flow(provider, first_token_ms=300, idle_ms=300, total_ms=1000)
             )
-            events: list[Any] = list(flow.run({"tag": "run-x"}, routes=routes))
+            events: list[Any] = list(flow.run({"tag": "run-x"}, settings=routes))
             support.check_run_shape(events)
             support.assert_events_clean(events)
         sent = [

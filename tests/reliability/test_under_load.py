@@ -60,7 +60,7 @@ def test_stalls_time_out_on_budget_while_the_healthy_ones_finish(
             flow = flows["oa" if index % 2 else "pd"]
             try:
                 barrier.wait(timeout=30)
-                results[index] = list(flow.run({"tag": tag}, routes=routes))
+                results[index] = list(flow.run({"tag": tag}, settings=routes))
             except BaseException as exc:  # noqa: BLE001 - reported below
                 crashes.append(exc)
 

@@ -32,6 +32,7 @@ import codecs
 import json
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -239,9 +240,14 @@ def placeholder_problems(english: dict[str, str], other: dict[str, str]) -> list
     for key, template in other.items():
         if key not in english:
             continue
-        want, got = set(PLACEHOLDER.findall(english[key])), set(PLACEHOLDER.findall(template))
+        # As multisets: a placeholder written twice where en-US has it once (or
+        # dropped in favour of another's repetition) is a different message.
+        want = Counter(PLACEHOLDER.findall(english[key]))
+        got = Counter(PLACEHOLDER.findall(template))
         if want != got:
-            problems.append(f"{key}: placeholders {sorted(got)} != en-US {sorted(want)}")
+            problems.append(
+                f"{key}: placeholders {sorted(got.elements())} != en-US {sorted(want.elements())}"
+            )
         if STRAY_BRACES.search(PLACEHOLDER.sub("", template)):
             problems.append(f"{key}: malformed placeholder in {template!r}")
     return problems
@@ -434,6 +440,13 @@ class TestChecksCatchMutations:
         catalog = load("fr-FR")
         key = "errors.connect"
         broken = dict(catalog, **{key: catalog[key].replace("{{url}}", "{{uri}}")})
+        assert any(p.startswith(key) for p in placeholder_problems(english, broken))
+
+    def test_repeated_placeholder(self, english: dict[str, str]) -> None:
+        # The set of names is unchanged; the message now says one of them twice.
+        catalog = load("de-DE")
+        key = "watchdog.fallback.sameHostSkip"
+        broken = dict(catalog, **{key: catalog[key] + " ({{busy}})"})
         assert any(p.startswith(key) for p in placeholder_problems(english, broken))
 
     def test_malformed_placeholder(self, english: dict[str, str]) -> None:

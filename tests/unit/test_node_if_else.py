@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from nodes import if_else
 from nodes.base import NodeContext
 from nodes.cancel import CancelToken
 from nodes.comparison import compare
+from runtime.problems import problems_from_validation
 
 
 class Vars:
@@ -117,7 +119,12 @@ def test_comparison_value_may_reference_a_variable() -> None:
 
 
 def test_unknown_operator_is_a_dsl_error() -> None:
-    with pytest.raises(Exception, match="must be one of contains"):
+    with pytest.raises(ValidationError) as caught:
         if_else.Data.model_validate(
             {"type": "if-else", "cases": [{"case_id": "c", "conditions": [cond("a", "like")]}]}
         )
+    (problem,) = problems_from_validation(caught.value)
+    assert problem.message_key == "dsl.choice"
+    assert problem.field == "cases[0].conditions[0].comparison_operator"
+    assert "must be one of contains, not contains, start with" in problem.render()
+    assert problem.render().endswith('got "like"')

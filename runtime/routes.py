@@ -1,0 +1,53 @@
+"""Which route serves a DSL `model.provider`: lookup, fallback chains and the
+credential check made before a run starts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from locales.localized_error import LocalizedError
+from runtime.settings.providers import LOCAL, ProviderRoute, ProvidersSection
+
+
+class RouteError(LocalizedError):
+    """A route cannot be used (missing credentials, no route): invalid input, not a run failure."""
+
+
+class ModelRoutes:
+    """Maps provider names to routes; unknown providers take the default (or `local`)."""
+
+    def __init__(self, settings: ProvidersSection | None = None) -> None:
+        self.settings = settings or ProvidersSection()
+
+    def route_for(self, provider: str) -> tuple[str, ProviderRoute]:
+        if provider in self.settings.providers:
+            return provider, self.settings.providers[provider]
+        name = self.settings.default or LOCAL
+        return name, self.named(name)
+
+    def named(self, name: str) -> ProviderRoute:
+        """The route called `name` (`local` need not be listed)."""
+        return self.settings.providers.get(name, ProviderRoute(kind=LOCAL))
+
+    def chain_for(self, provider: str) -> list[tuple[str, ProviderRoute]]:
+        """The provider's route, then its fallback routes, in order."""
+        name, route = self.route_for(provider)
+        return [(name, route), *((f, self.named(f)) for f in route.fallbacks)]
+
+    def check(self, providers: Iterable[str]) -> None:
+        """Fail before the run when a needed credential variable is unset
+        (fallback routes included: a chain must not break on its second link)."""
+        for provider in sorted(set(providers)):
+            for name, route in self.chain_for(provider):
+                self._check_key(provider, name, route)
+
+    @staticmethod
+    def _check_key(provider: str, name: str, route: ProviderRoute) -> None:
+        if route.api_key_env and not os.environ.get(route.api_key_env):
+            raise RouteError(
+                "cli.models.missingKey",
+                provider=provider,
+                route=name,
+                env=route.api_key_env,
+            )

@@ -1,0 +1,228 @@
+"""The `providers`, `default` and `breaker` keys of the settings file: where each
+DSL `model.provider` is served.
+
+    providers:
+      openai: {kind: openai-compatible, base_url: https://api.example/v1, api_key_env: OPENAI_API_KEY}
+      langgenius/ollama/ollama: {kind: plugin-daemon, base_url: http://daemon:5002,
+                                 api_key_env: DAEMON_KEY, tenant_id: t1, plugin_id: langgenius/ollama}
+      local: {kind: local}
+    default: local            # for providers not listed
+
+Credentials come only from the environment variables named by `api_key_env`.
+With no settings file every provider is served by the embedded llama-server.
+
+Per route, optionally:
+
+- first-token budget: `first_token_timeout_s` (a number pins it, 0 disables,
+  "auto"/empty: the formula), `first_token_ceiling_s`, and the formula's
+  constants `first_token_cold_start_s`, `first_token_base_s`,
+  `first_token_per_1k_s` (see `plugin_daemon_client.first_token_budget`);
+- liveness probe: `probe: auto | llama.cpp-slots | llama.cpp-metrics | vllm |
+  gate | off` (default `auto` for local and openai-compatible routes, `off`
+  for plugin-daemon ones) and `probe_timeout_s` (4). A probe asks only the
+  route's own origin and sends the route's key only there;
+- fallback chain: `fallbacks: [route, ...]` (`fallback` is accepted too),
+  tried in order when this route fails with a transient error; the
+  fallback routes' own `fallbacks` are not followed (no nesting). Caps:
+  `swap_attempt_timeout_ms`, `swap_attempt_timeout_ms_by_target: {route: ms}`,
+  the clamp `swap_attempt_timeout_ms_max`, the total `swap_total_budget_ms`;
+  `allow_same_host_fallback: true` on a target lets it run on the same busy
+  local host as a target that just failed.
+
+Top level, optionally: `breaker: {threshold: 5, cooldown_s: 60}` (see
+`runtime.breakers`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from nodes.config import DslModel, between, dsl_error, shown
+from plugin_daemon_client.fallback import DEFAULT_BREAKER_COOLDOWN_S, DEFAULT_BREAKER_THRESHOLD
+from plugin_daemon_client.first_token_budget import ROUTE_KEYS
+from plugin_daemon_client.probes import ProbeKind
+
+LOCAL = "local"
+PLUGIN_DAEMON = "plugin-daemon"
+Kind = Literal["openai-compatible", "plugin-daemon", "local"]
+
+
+# --- setting validators: a wrong value is a located models-file problem -------
+
+
+def _real(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _budget_seconds(value: Any) -> float | str | None:
+    """A first-token setting: a number of seconds >= 0, "auto" or empty."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
+        return value
+    number = _real(value)
+    if number is None or number < 0:
+        raise dsl_error(
+            "dsl.models.seconds",
+            'must be a number of seconds (0 or more), "auto" or empty, got {got}',
+            got=shown(value),
+        )
+    return number
+
+
+def _positive_seconds(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = _real(value)
+    if number is None or number <= 0:
+        raise dsl_error(
+            "dsl.models.positiveSeconds",
+            "must be a positive number of seconds, got {got}",
+            got=shown(value),
+        )
+    return number
+
+
+def _milliseconds(value: Any) -> float | None:
+    """A fallback setting in ms. Only its type is checked here: values that are
+    0 or negative follow the fallback policy's rules (warned, then the next
+    level applies), so they are reported at run time with what was used instead."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise dsl_error(
+            "dsl.models.milliseconds",
+            "must be a number of milliseconds, got {got}",
+            got=shown(value),
+        )
+    return float(value)
+
+
+def _off_if_false(value: Any) -> Any:
+    return "off" if value is False else value  # YAML `probe: off` unquoted is a boolean
+
+
+BudgetSeconds = Annotated[float | str | None, BeforeValidator(_budget_seconds)]
+PositiveSeconds = Annotated[float | None, BeforeValidator(_positive_seconds)]
+MillisecondsSetting = Annotated[float | None, BeforeValidator(_milliseconds)]
+
+
+class ProviderRoute(DslModel):
+    kind: Kind
+    base_url: str | None = None
+    api_key_env: str | None = None
+    tenant_id: str | None = None
+    plugin_id: str | None = None
+    # First-token budget (plugin_daemon_client.first_token_budget, precedence level 3-4).
+    first_token_timeout_s: BudgetSeconds = None
+    first_token_ceiling_s: PositiveSeconds = None
+    first_token_cold_start_s: BudgetSeconds = None
+    first_token_base_s: BudgetSeconds = None
+    first_token_per_1k_s: BudgetSeconds = None
+    # Liveness probe: None means the kind's default (see `probe_kind`).
+    probe: Annotated[ProbeKind | None, BeforeValidator(_off_if_false)] = None
+    probe_timeout_s: PositiveSeconds = None
+    # Fallback chain.
+    fallbacks: list[str] = Field(default_factory=list)
+    allow_same_host_fallback: bool = False
+    swap_attempt_timeout_ms: MillisecondsSetting = None
+    swap_attempt_timeout_ms_by_target: dict[str, MillisecondsSetting] = Field(default_factory=dict)
+    swap_attempt_timeout_ms_max: MillisecondsSetting = None
+    swap_total_budget_ms: MillisecondsSetting = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fallback_alias(cls, raw: Any) -> Any:
+        # `fallback` (singular, or a single name) is accepted; `fallbacks` wins.
+        if isinstance(raw, dict) and "fallback" in raw and "fallbacks" not in raw:
+            raw = dict(raw)
+            value = raw.pop("fallback")
+            raw["fallbacks"] = [value] if isinstance(value, str) else value
+        return raw
+
+    @model_validator(mode="after")
+    def _needs_url(self) -> ProviderRoute:
+        if self.kind != LOCAL and not self.base_url:
+            raise dsl_error(
+                "dsl.models.baseUrl", "base_url is required for kind {kind}", kind=self.kind
+            )
+        if self.base_url and not self.base_url.startswith(("http://", "https://")):
+            raise dsl_error(
+                "dsl.models.baseUrlScheme",
+                "base_url must start with http:// or https://, got {value}",
+                value=repr(self.base_url[:80]),
+            )
+        return self
+
+    @property
+    def probe_kind(self) -> str:
+        """`auto` where a probe can reach the model server itself; `off` for the
+        plugin daemon, whose host is the daemon, not the server doing the work."""
+        if self.probe is not None:
+            return self.probe
+        return "off" if self.kind == PLUGIN_DAEMON else "auto"
+
+    def budget_settings(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in ROUTE_KEYS if getattr(self, key) is not None}
+
+
+def _fallback_error(
+    message_key: str, english: str, key: str, route: str, target: str
+) -> PydanticCustomError:
+    # Built directly: the message's placeholder is called `key` (the setting's
+    # path), which `dsl_error`'s own first parameter would shadow.
+    return PydanticCustomError(message_key, english, {"key": key, "route": route, "target": target})
+
+
+class BreakerSettings(DslModel):
+    threshold: Annotated[int, between(1, 1000)] = DEFAULT_BREAKER_THRESHOLD
+    cooldown_s: PositiveSeconds = DEFAULT_BREAKER_COOLDOWN_S
+
+
+class ProvidersSection(DslModel):
+    """The model-routing keys; `RuntimeSettings` extends it with the other sections."""
+
+    providers: dict[str, ProviderRoute] = Field(default_factory=dict)
+    default: str | None = None
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+
+    @model_validator(mode="after")
+    def _default_exists(self) -> ProvidersSection:
+        if self.default and self.default != LOCAL and self.default not in self.providers:
+            raise dsl_error(
+                "dsl.models.unknownDefault",
+                "default names provider {name}, which is not listed under providers",
+                name=self.default,
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fallbacks_exist(self) -> ProvidersSection:
+        for name, route in self.providers.items():
+            seen: set[str] = set()
+            for target in route.fallbacks:
+                key = f"providers.{name}.fallbacks"
+                if target != LOCAL and target not in self.providers:
+                    raise _fallback_error(
+                        "dsl.models.unknownFallback",
+                        "{key} names {target}, which is not listed under providers",
+                        key,
+                        name,
+                        target,
+                    )
+                if target == name or target in seen:
+                    raise _fallback_error(
+                        "dsl.models.repeatedFallback",
+                        "{key} lists {target} twice (or the route itself); each route "
+                        "may appear once in a chain",
+                        key,
+                        name,
+                        target,
+                    )
+                seen.add(target)
+        return self

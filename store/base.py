@@ -1,0 +1,179 @@
+"""The store's one interface: what a run reads before it starts and writes when
+it ends. SQLite implements it (`store.sqlite`); a PostgreSQL backend slots in
+behind the same interface.
+
+A chat turn holds its conversation for the whole run (a lease), so the turns
+of one conversation are serialised: a second turn waits for the first and
+sees everything it wrote. A turn writes nothing until it ends; then its
+message, its run, its node executions, its files and (if it succeeded) its
+conversation variables go in as one transaction. A turn that fails or is
+stopped leaves the conversation's variables exactly as they were.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from locales.localized_error import LocalizedError
+
+# Message status, as Dify names it: a turn that failed or was stopped keeps its
+# message (with what was streamed) but is left out of the conversation's memory.
+MESSAGE_NORMAL = "normal"
+MESSAGE_ERROR = "error"
+MESSAGE_STOPPED = "stopped"
+
+
+class StoreError(LocalizedError):
+    """The state database cannot be used (unreadable, newer schema, conversation busy...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryTurn:
+    """One earlier turn of a conversation, as the LLM node's memory reads it."""
+
+    query: str
+    answer: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeExecutionRecord:
+    id: str
+    index: int
+    node_id: str
+    node_type: str
+    title: str
+    predecessor_node_id: str | None
+    status: str
+    inputs: Mapping[str, Any]
+    process_data: Mapping[str, Any]
+    outputs: Mapping[str, Any]
+    error: str | None
+    elapsed_time: float
+    execution_metadata: Mapping[str, Any]
+    created_at: float
+    finished_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    """A file a run received (`belongs_to` user) or produced (assistant)."""
+
+    id: str  # the file's related_id
+    variable: str  # the input it came in as, e.g. "doc" or "sys.files"
+    belongs_to: str
+    filename: str
+    extension: str
+    mime_type: str
+    size: int
+    transfer_method: str
+    remote_url: str | None
+    path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: str
+    app_id: str
+    workflow_id: str
+    mode: str
+    user_id: str
+    status: str  # succeeded | partial-succeeded | failed | stopped
+    inputs: Mapping[str, Any]
+    outputs: Mapping[str, Any]
+    error: str | None
+    elapsed_time: float
+    total_tokens: int
+    total_steps: int
+    exceptions_count: int
+    created_at: float
+    finished_at: float
+    nodes: Sequence[NodeExecutionRecord] = ()
+    files: Sequence[FileRecord] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    id: str
+    query: str
+    answer: str
+    status: str  # MESSAGE_*
+    error: str | None
+    total_tokens: int
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class VariableValue:
+    """A conversation variable as stored: its declared type and its value."""
+
+    value_type: str
+    value: Any
+
+
+@dataclass(slots=True)
+class TurnState:
+    """What a chat turn starts from."""
+
+    conversation_id: str
+    is_new: bool
+    variables: dict[str, VariableValue] = field(default_factory=dict)
+    history: list[HistoryTurn] = field(default_factory=list)  # oldest first
+    dialogue_count: int = 0  # completed turns before this one
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """What a finished chat turn writes."""
+
+    run: RunRecord
+    message: MessageRecord
+    # Variables this turn wrote; only applied when the message status is normal.
+    variables: Mapping[str, VariableValue] = field(default_factory=dict)
+
+
+class Turn(ABC):
+    """A lease on one conversation for the length of one run."""
+
+    state: TurnState
+
+    @abstractmethod
+    def commit(self, result: TurnResult) -> None:
+        """Write the turn in one transaction and release the conversation."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """Give the conversation up without writing (idempotent)."""
+
+
+class Store(ABC):
+    @abstractmethod
+    def begin_turn(
+        self,
+        conversation_id: str,
+        *,
+        app_id: str,
+        user_id: str,
+        mode: str,
+        lease_seconds: float,
+        wait_seconds: float,
+    ) -> Turn:
+        """Take the conversation (waiting up to `wait_seconds` for a turn in
+        progress) and read its state. An unknown id starts a new conversation.
+        Raises StoreError when it belongs to another app or user, or stays busy."""
+
+    @abstractmethod
+    def record_run(self, run: RunRecord) -> None:
+        """Write a workflow-mode run (no conversation) in one transaction."""
+
+    @abstractmethod
+    def messages(self, conversation_id: str) -> list[MessageRecord]:
+        """Every message of a conversation, oldest first."""
+
+    @abstractmethod
+    def run(self, run_id: str) -> RunRecord | None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
