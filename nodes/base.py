@@ -17,6 +17,7 @@ from nodes.selectors import Selector, TextSegment, parse_template
 if TYPE_CHECKING:
     from plugin_daemon_client.fallback import BreakerBook, FallbackEvent, FallbackPolicy
     from plugin_daemon_client.gate import Probe, WaitInfo
+    from sandbox.executor import CodeExecutor
 
 # Edge handles. Success edges are `source`; Dify's older exports say `success-branch`.
 SUCCESS_HANDLE = "source"
@@ -138,6 +139,8 @@ class NodeContext:
     emit_fallback: Callable[[FallbackEvent], None] = _ignore_event
     clients: Clients | None = None
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    # Runs untrusted code and templates that need a process of their own.
+    code_executor: CodeExecutor | None = None
 
 
 @dataclass(slots=True)

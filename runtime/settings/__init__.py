@@ -20,14 +20,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from runtime.problems import DslError, Problem, problems_from_validation
+from runtime.settings.code_executor import CodeExecutorSettings
 from runtime.settings.providers import ProvidersSection
 
 
 class RuntimeSettings(ProvidersSection):
     """The whole settings file. Sections: one field each (see the module docstring)."""
+
+    code_executor: CodeExecutorSettings = Field(default_factory=CodeExecutorSettings)
 
 
 def load_settings(path: str | Path) -> RuntimeSettings:

@@ -31,7 +31,9 @@ JOB_FD = 4
 _PR_SET_PDEATHSIG = 1
 _LENGTH = struct.Struct(">I")
 
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.js"), encoding="utf-8") as _fh:
+with open(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.js"), encoding="utf-8"
+) as _fh:
     NODE_RUNNER = _fh.read()
 
 # Python audit events that mean "tried to leave the sandbox": turned into a clear
@@ -228,7 +230,9 @@ def serve_warm(config: dict[str, Any], job_dir: str, job_r: int, out_w: int, err
 # ---- JavaScript
 
 
-def serve_node(config: dict[str, Any], job: dict[str, Any], job_dir: str, out_w: int, err_w: int) -> None:
+def serve_node(
+    config: dict[str, Any], job: dict[str, Any], job_dir: str, out_w: int, err_w: int
+) -> None:
     """A job process for JavaScript: writes the job for the runner, confines
     itself and becomes Node.js (the filters and limits carry over the exec)."""
     code = 70

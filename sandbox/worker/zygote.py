@@ -228,7 +228,9 @@ def supervise(
             output += os.read(child.out_r, cap + 1 - len(output)) if child.out_r >= 0 else b""
             stderr += os.read(child.err_r, 65536)
     cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
-    answer = classify(verdict, status, bytes(output), stderr.decode("utf-8", "replace"), limits, cpu)
+    answer = classify(
+        verdict, status, bytes(output), stderr.decode("utf-8", "replace"), limits, cpu
+    )
     return answer, verdict == "orphaned"
 
 
@@ -291,9 +293,13 @@ def classify(
     return {"status": "error", "kind": "crashed", "detail": how, "stderr": stderr[-1000:]}
 
 
+_LIMIT_OF = {"memory": "memory_mb", "open_files": "open_files"}
+
+
 def _finish_result(result: dict[str, Any], limits: dict[str, Any]) -> dict[str, Any]:
-    if result.get("kind") == "memory":
-        result["limit"] = limits["memory_mb"]
+    setting = _LIMIT_OF.get(str(result.get("kind")))
+    if setting is not None:
+        result["limit"] = limits[setting]
     return result
 
 
