@@ -209,7 +209,7 @@ class OutputChecker:
         elif isinstance(value, list):
             self.untyped_list(value, path, depth)
         else:
-            raise _wrong(path, "JSON value", value)
+            raise _wrong(path, "JSON", value)
 
     def untyped_list(self, value: list[Any], path: str, depth: int) -> None:
         first = value[0] if value else None

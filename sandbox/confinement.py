@@ -46,7 +46,11 @@ def find_interpreters(python: str | None, node: str | None) -> Interpreters:
     """The worker's Python (default: this one), Node.js (default: on PATH, may be
     missing) and the directories they load their own files from."""
     python = python or sys.executable
-    node = node or shutil.which("node")
+    # A configured path that is not an executable means "no Node.js" (named in
+    # the error a JavaScript node gets), never a silent fallback to another one.
+    node = shutil.which("node") if node is None else node
+    if node and not os.access(node, os.X_OK):
+        node = None
     paths = set(_python_prefixes(python))
     if node:
         real = os.path.realpath(node)

@@ -16,8 +16,8 @@ from sandbox.errors import (
 RUNTIMES = {"python3": "Python", "javascript": "Node.js", "jinja2": "Jinja2"}
 
 
-def _limit(answer: dict[str, Any]) -> str:
-    return str(answer.get("limit", "?"))
+def _limit(answer: dict[str, Any]) -> Any:
+    return answer.get("limit", "?")
 
 
 def result_or_raise(answer: dict[str, Any], language: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 
 # struct seccomp_data: int nr; u32 arch; u64 ip; u64 args[6]
 _NR, _ARCH, _ARG0_LO = 0, 4, 16
+_ARG2_LO, _ARG2_HI = 32, 36
 
 _LD_W_ABS = 0x20
 _JEQ = 0x15
@@ -143,7 +144,10 @@ class SeccompUnavailable(OSError):
     """This machine cannot install the filter (architecture or kernel)."""
 
 
-# A rule: (syscall name, action) or (syscall name, ("thread-only" | "self-only", action)).
+# A rule: (syscall name, action) or (syscall name, (condition, action)): the call
+# is allowed when the condition holds, else gets the action. Conditions:
+# "thread-only" (clone with CLONE_THREAD), "read-only" (third argument NULL),
+# ("self-only", pid) (first argument is this process).
 Rule = tuple[str, object]
 
 
@@ -169,7 +173,7 @@ def job_rules(pid: int, allow_exec: bool) -> list[Rule]:
         ("tgkill", (("self-only", pid), deny)),
         ("tkill", deny),
         ("setrlimit", deny),
-        ("prlimit64", deny),
+        ("prlimit64", ("read-only", deny)),  # getrlimit() is prlimit64(pid, res, NULL, old)
     ]
     if not allow_exec:
         rules += [("execve", deny), ("execveat", deny)]
@@ -206,6 +210,15 @@ def assemble(rules: Iterable[Rule], machine: str | None = None) -> bytes:
             block = [
                 _ins(_LD_W_ABS, _ARG0_LO),
                 _ins(_JSET, _CLONE_THREAD, 0, 1),
+                _ins(_RET, RET_ALLOW),
+                _ins(_RET, deny),
+            ]
+        elif condition == "read-only":
+            block = [
+                _ins(_LD_W_ABS, _ARG2_LO),
+                _ins(_JEQ, 0, 0, 3),
+                _ins(_LD_W_ABS, _ARG2_HI),
+                _ins(_JEQ, 0, 0, 1),
                 _ins(_RET, RET_ALLOW),
                 _ins(_RET, deny),
             ]
