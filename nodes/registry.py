@@ -10,6 +10,7 @@ from nodes import (
     answer,
     code,
     end,
+    http_request,
     if_else,
     llm,
     start,
@@ -50,5 +51,15 @@ def _spec(module: ModuleType) -> NodeSpec:
 
 NODE_TYPES: dict[str, NodeSpec] = {
     m.TYPE: _spec(m)
-    for m in (start, end, answer, llm, if_else, template_transform, variable_aggregator, code)
+    for m in (
+        start,
+        end,
+        answer,
+        llm,
+        if_else,
+        template_transform,
+        variable_aggregator,
+        http_request,
+        code,
+    )
 }

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from connectors.hub import Connectors
 from nodes.base import Clients, NodeContext
 from nodes.cancel import CancelToken
 from plugin_daemon_client.errors import FirstGateError
@@ -66,11 +67,13 @@ class WorkflowRun:
         limits: RunLimits,
         max_workers: int,
         run_id: str,
+        connectors: Connectors | None = None,
         code_executor: CodeExecutor | None = None,
         owns_code_executor: bool = False,
         start_code_executor: bool = False,
     ) -> None:
         self.graph = graph
+        self.connectors = connectors
         self.code_executor = code_executor
         self._owns_code_executor = owns_code_executor
         self._start_code_executor = start_code_executor
@@ -187,6 +190,8 @@ class WorkflowRun:
             self._workers.shutdown(timeout=1.0)
             if isinstance(self.clients, RouteClients):
                 self.clients.close()
+            if self.connectors is not None:
+                self.connectors.close()
             if self._owns_code_executor and self.code_executor is not None:
                 self.code_executor.close()
 
@@ -263,6 +268,7 @@ class WorkflowRun:
             clients=self.clients,
             inputs=self.inputs,
             code_executor=self.code_executor,
+            connectors=self.connectors,
         )
 
     def _fallback_event(

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from connectors.hub import Connectors
 from nodes import start
 from runtime.code_executors import build_code_executor
 from runtime.engine import WorkflowRun
@@ -113,4 +114,5 @@ class Workflow:
             code_executor=code_executor,
             owns_code_executor=owns_executor,
             start_code_executor=self.uses_code_executor(),
+            connectors=Connectors.from_settings(settings),
         )
