@@ -38,6 +38,7 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,31 +128,41 @@ class Child:
     job_w: int | None = None  # warm processes read their job from here
 
 
-def fork_warm(sock: socket.socket, config: dict[str, Any]) -> Child:
+def fork_child(
+    sock: socket.socket,
+    config: dict[str, Any],
+    serve: Callable[[str, int, int, int | None], None],
+    *,
+    job_pipe: bool,
+) -> Child:
+    """Fork a job process that runs `serve(job_dir, out_w, err_w, job_r)` and never returns."""
     job_dir = tempfile.mkdtemp(prefix="job-", dir=config["base_dir"])
-    job_r, job_w = os.pipe()
+    job_r, job_w = os.pipe() if job_pipe else (None, None)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         sock.close()
-        job_process.serve_warm(config, job_dir, job_r, out_w, err_w)  # never returns
+        serve(job_dir, out_w, err_w, job_r)
     for fd in (job_r, out_w, err_w):
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
     return Child(pid, job_dir, out_r, err_r, job_w)
 
 
+def fork_warm(sock: socket.socket, config: dict[str, Any]) -> Child:
+    def serve(job_dir: str, out_w: int, err_w: int, job_r: int | None) -> None:
+        assert job_r is not None
+        job_process.serve_warm(config, job_dir, job_r, out_w, err_w)
+
+    return fork_child(sock, config, serve, job_pipe=True)
+
+
 def fork_node(sock: socket.socket, config: dict[str, Any], job: dict[str, Any]) -> Child:
-    job_dir = tempfile.mkdtemp(prefix="job-", dir=config["base_dir"])
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        sock.close()
-        job_process.serve_node(config, job, job_dir, out_w, err_w)  # never returns
-    os.close(out_w)
-    os.close(err_w)
-    return Child(pid, job_dir, out_r, err_r)
+    def serve(job_dir: str, out_w: int, err_w: int, _job_r: int | None) -> None:
+        job_process.serve_node(config, job, job_dir, out_w, err_w)
+
+    return fork_child(sock, config, serve, job_pipe=False)
 
 
 def hand_over(child: Child, job: dict[str, Any]) -> bool:
