@@ -12,6 +12,7 @@ from nodes import (
     end,
     http_request,
     if_else,
+    knowledge_retrieval,
     llm,
     start,
     template_transform,
@@ -61,5 +62,6 @@ NODE_TYPES: dict[str, NodeSpec] = {
         variable_aggregator,
         http_request,
         code,
+        knowledge_retrieval,
     )
 }

@@ -210,7 +210,7 @@ def test_bad_yaml_and_missing_file_are_dsl_errors(tmp_path: Path) -> None:
     bad.write_text("app: [unclosed\n", encoding="utf-8")
     with pytest.raises(DslError) as info:
         load_workflow(bad)
-    assert "is not valid YAML (line 2" in str(info.value)
+    assert str(info.value).startswith(f"{bad}, line 2, column 1: not valid YAML: ")
     with pytest.raises(DslError) as info:
         load_workflow(tmp_path / "missing.yml")
     assert str(info.value) == f"file not found: {tmp_path / 'missing.yml'}"
