@@ -6,7 +6,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from nodes import answer, end, if_else, llm, start, template_transform, variable_aggregator
+from nodes import (
+    answer,
+    code,
+    end,
+    http_request,
+    if_else,
+    knowledge_retrieval,
+    llm,
+    start,
+    template_transform,
+    variable_aggregator,
+)
 from nodes.base import SUCCESS_HANDLE, NodeContext, NodeResult
 from nodes.config import BaseNodeData
 from nodes.selectors import Selector
@@ -22,6 +33,8 @@ class NodeSpec:
     supports_retry: bool
     # Handles a node's outgoing edges may use besides the error handle.
     handles: Callable[[BaseNodeData], set[str]]
+    # Runs code through `ctx.code_executor` (the runtime starts it with the run).
+    uses_code_executor: bool = False
 
 
 def _spec(module: ModuleType) -> NodeSpec:
@@ -33,10 +46,22 @@ def _spec(module: ModuleType) -> NodeSpec:
         output_names=module.output_names,
         supports_retry=module.SUPPORTS_RETRY,
         handles=getattr(module, "handles", lambda data: {SUCCESS_HANDLE}),
+        uses_code_executor=getattr(module, "USES_CODE_EXECUTOR", False),
     )
 
 
 NODE_TYPES: dict[str, NodeSpec] = {
     m.TYPE: _spec(m)
-    for m in (start, end, answer, llm, if_else, template_transform, variable_aggregator)
+    for m in (
+        start,
+        end,
+        answer,
+        llm,
+        if_else,
+        template_transform,
+        variable_aggregator,
+        http_request,
+        code,
+        knowledge_retrieval,
+    )
 }

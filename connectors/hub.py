@@ -1,0 +1,97 @@
+"""The connectors one run (or one process) uses, built from the runtime settings."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.guarded_http import (
+    DEFAULT_MAX_BINARY_BYTES,
+    DEFAULT_MAX_REDIRECTS,
+    DEFAULT_MAX_TEXT_BYTES,
+    GuardedHttp,
+    HttpLimits,
+)
+from connectors.knowledge import KnowledgeBackend, KnowledgeError
+from connectors.net_policy import NetworkPolicy
+
+
+@dataclass
+class Connectors:
+    """What nodes that reach the outside world get through their `NodeContext`.
+
+    `settings` is the runtime settings file (any object with its `http_request`,
+    `knowledge` and `tools` sections; absent sections mean the defaults).
+    """
+
+    settings: Any = None
+    _http: GuardedHttp | None = field(default=None, init=False, repr=False)
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Connectors:
+        return cls(settings)
+
+    def section(self, name: str) -> Any:
+        return getattr(self.settings, name, None)
+
+    @property
+    def http(self) -> GuardedHttp:
+        with self._lock:
+            if self._http is None:
+                section = self.section("http_request")
+                self._http = GuardedHttp(
+                    NetworkPolicy(getattr(section, "allow", ())),
+                    HttpLimits(
+                        max_redirects=getattr(section, "max_redirects", DEFAULT_MAX_REDIRECTS),
+                        max_text_bytes=getattr(section, "max_text_bytes", DEFAULT_MAX_TEXT_BYTES),
+                        max_binary_bytes=getattr(
+                            section, "max_binary_bytes", DEFAULT_MAX_BINARY_BYTES
+                        ),
+                    ),
+                )
+            return self._http
+
+    def dataset(self, dataset_id: str) -> tuple[Any, KnowledgeBackend]:
+        """The settings entry of a dataset and its backend (shared, built on first use)."""
+        datasets = getattr(self.section("knowledge"), "datasets", {}) or {}
+        spec = datasets.get(dataset_id)
+        if spec is None:
+            raise KnowledgeError("errors.knowledge.unknownDataset", dataset=dataset_id)
+        return spec, self.cached(f"knowledge:{dataset_id}", lambda: _backend(spec))
+
+    def cached(self, key: str, build: Any) -> Any:
+        """One shared instance per key (clients, indexes), built on first use."""
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = build()
+            return self._cache[key]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._http is not None:
+                self._http.close()
+                self._http = None
+            for item in self._cache.values():
+                close = getattr(item, "close", None)
+                if callable(close):
+                    close()
+            self._cache.clear()
+
+
+def _backend(spec: Any) -> KnowledgeBackend:
+    if spec.kind == "local":
+        from connectors.local_index import LocalIndex
+
+        return LocalIndex(spec.index)
+    from connectors.external_knowledge import ExternalKnowledge
+
+    api_key = None
+    if spec.api_key_env:
+        api_key = os.environ.get(spec.api_key_env)
+        if not api_key:
+            raise KnowledgeError("errors.knowledge.missingKey", env=spec.api_key_env)
+    return ExternalKnowledge(spec.endpoint, spec.knowledge_id, api_key, timeout_s=spec.timeout_s)
