@@ -136,9 +136,9 @@ class RelationalStore(Store):
         return int(row[0]) if row else 0
 
     def _migrate(self, migrations: Sequence[str]) -> None:
-        with self.db.transaction(leases=False) as tx:
-            tx.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        # Under the lease lock: `CREATE TABLE IF NOT EXISTS` alone races in PostgreSQL.
         with self.db.transaction(leases=True) as tx:
+            tx.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             if tx.execute("SELECT version FROM schema_version").fetchone() is None:
                 tx.execute("INSERT INTO schema_version (version) VALUES (0)")
         current = self.schema_version()
