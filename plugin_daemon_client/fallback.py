@@ -15,15 +15,17 @@ The rules (each tested on both sides of its boundary):
   value that is 0, negative, NaN, infinite or not a number falls through to
   the global value (never to "no cap", never to an instant kill) and is
   warned about once; so are map keys that name no target of the chain.
-- **How the cap is enforced.** With the gate: the attempt runs inside its
-  own gate and a timer calls `gate.cancel(reason)` at the cap. Cancel
-  records why first and shuts the socket down, so the attempt ends within
-  milliseconds in any phase (connect, headers, pings, a busy-extended
-  first-token wait, mid-reply) and is reported as `AttemptCapError`, which
-  says it was our cap. Shrinking the gate's stream-total deadline instead
-  would have reported "data kept arriving, not a stall", which is false
-  for an attempt that never produced a token. A watchdog probe that is in
-  flight when the cap fires delays the end by at most the probe timeout.
+- **How the cap is enforced.** By the gate: the attempt runs inside its own
+  gate, and the chain gives that gate the cap as a named deadline
+  (`Gate.cap_attempt`) before the attempt starts. The gate folds it into the
+  deadline every connect, write and read waits for, so the attempt ends at
+  the cap in any phase (connect, sending, headers, pings, a busy-extended
+  first-token wait, mid-reply), with no timer thread, and the gate records
+  the typed cause: `AttemptCapError`, which says it was our cap (shrinking
+  the stream-total deadline instead would have reported "data kept
+  arriving, not a stall", false for an attempt that never produced a
+  token). A watchdog probe that is in flight when the cap passes delays the
+  end by at most the probe timeout.
 - **Total budget.** `swap_total_budget_ms` on a monotonic clock; each
   attempt gets min(cap, remaining). When less than the 250 ms floor
   remains, the chain stops and fails closed (`FallbackBudgetError`)
@@ -322,7 +324,7 @@ def _default_gate() -> AbstractContextManager[Gate]:
 @dataclass(frozen=True)
 class Target(Generic[T]):
     """One link of the chain. `attempt()` runs inside the gate `open_gate()` opens
-    (the walker adds the cap timer to it), so its model requests obey both."""
+    (the walker adds its attempt cap to it), so its model requests obey both."""
 
     name: str
     attempt: Callable[[], T]
@@ -362,15 +364,6 @@ class _Failed:
     busy: bool | None = None  # decided lazily: only a same-origin target needs it
 
 
-TimerFactory = Callable[[float, Callable[[], None]], "threading.Timer"]
-
-
-def _thread_timer(seconds: float, fn: Callable[[], None]) -> threading.Timer:
-    timer = threading.Timer(seconds, fn)
-    timer.daemon = True
-    return timer
-
-
 class FallbackChain(Generic[T]):
     """Walks `targets` under `policy`. Reusable; thread-safe if its callbacks are."""
 
@@ -382,7 +375,6 @@ class FallbackChain(Generic[T]):
         breakers: BreakerBook | None = None,
         on_event: Callable[[FallbackEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        timer: TimerFactory = _thread_timer,
     ) -> None:
         if not targets:
             raise ValueError("a fallback chain needs at least one target")
@@ -394,7 +386,6 @@ class FallbackChain(Generic[T]):
         self.breakers: BreakerBook = breakers or CircuitBreakers(clock=clock)
         self._on_event = on_event
         self._clock = clock
-        self._timer = timer
         self._warned = False
         self._warn_lock = threading.Lock()
 
@@ -469,37 +460,17 @@ class FallbackChain(Generic[T]):
     # --- one attempt ---------------------------------------------------------
 
     def _attempt(self, target: Target[T], cap_ms: float) -> T:
-        reason = f"attempt cap {_fmt_s(cap_ms)} s for {target.name}"
         with target.open_gate() as gate:
-            timer = self._timer(cap_ms / 1000.0, lambda: gate.cancel(reason))
-            timer.start()
+            gate.cap_attempt(cap_ms / 1000.0, target.name)
             try:
                 return target.attempt()
-            except FirstGateError as error:
-                tripped = gate.tripped
-                if (
-                    gate.fired == "cancelled"
-                    and tripped is not None
-                    and tripped.params.get("reason") == reason
-                ):
-                    capped = AttemptCapError(
-                        progress=getattr(tripped, "progress", None),
-                        target=target.name,
-                        cap=_fmt_s(cap_ms),
+            except AttemptCapError as capped:
+                self._emit(
+                    FallbackEvent(
+                        "cap_fired", "attempt_cap", target.name, capped.message_key, capped.params
                     )
-                    self._emit(
-                        FallbackEvent(
-                            "cap_fired",
-                            "attempt_cap",
-                            target.name,
-                            capped.message_key,
-                            capped.params,
-                        )
-                    )
-                    raise capped from error
+                )
                 raise
-            finally:
-                timer.cancel()
 
     # --- skipping and stopping -----------------------------------------------
 

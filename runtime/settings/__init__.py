@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 
 from runtime.problems import DslError, problems_from_validation
+from runtime.settings.code_executor import CodeExecutorSettings
 from runtime.settings.http_request import HttpRequestSettings
 from runtime.settings.knowledge import KnowledgeSettings
 from runtime.settings.providers import ProvidersSection
@@ -32,6 +33,7 @@ from runtime.yaml_reader import read_yaml_mapping
 class RuntimeSettings(ProvidersSection):
     """The whole settings file. Sections: one field each (see the module docstring)."""
 
+    code_executor: CodeExecutorSettings = Field(default_factory=CodeExecutorSettings)
     http_request: HttpRequestSettings = Field(default_factory=HttpRequestSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
