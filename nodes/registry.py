@@ -15,6 +15,7 @@ from nodes import (
     llm,
     start,
     template_transform,
+    tool,
     variable_aggregator,
 )
 from nodes.base import SUCCESS_HANDLE, NodeContext, NodeResult
@@ -58,5 +59,6 @@ NODE_TYPES: dict[str, NodeSpec] = {
         variable_aggregator,
         http_request,
         knowledge_retrieval,
+        tool,
     )
 }

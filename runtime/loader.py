@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from nodes.base import FAIL_HANDLE
+from nodes.base import ANY_OUTPUT, FAIL_HANDLE
 from nodes.registry import NODE_TYPES
 from runtime.dsl_models import Document, Edge, RawNode
 from runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
@@ -243,14 +243,15 @@ def _check_selector(
     target = graph.nodes.get(head)
     if target is None:
         return Problem("dsl.selector.unknownNode", {"selector": text, "node": head}, _ref(node))
-    if name not in output_names(target):
+    names = output_names(target)
+    if name not in names and ANY_OUTPUT not in names:
         return Problem(
             "dsl.selector.unknownVariable",
             {
                 "selector": text,
                 "node": _label(target),
                 "variable": name,
-                "available": ", ".join(sorted(output_names(target))) or "(none)",
+                "available": ", ".join(sorted(names)) or "(none)",
             },
             _ref(node),
         )

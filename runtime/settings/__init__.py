@@ -23,6 +23,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from runtime.problems import DslError, Problem, problems_from_validation
+from runtime.settings.files import FilesSettings
 from runtime.settings.http_request import HttpRequestSettings
 from runtime.settings.knowledge import KnowledgeSettings
 from runtime.settings.providers import ProvidersSection
@@ -35,6 +36,7 @@ class RuntimeSettings(ProvidersSection):
     http_request: HttpRequestSettings = Field(default_factory=HttpRequestSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
+    files: FilesSettings = Field(default_factory=FilesSettings)
 
 
 def load_settings(path: str | Path) -> RuntimeSettings:

@@ -1,0 +1,180 @@
+"""Where a tool node's call goes, behind one interface: a built-in tool run in
+this process, a tool of an MCP server, or a plugin's tool through the Dify
+plugin daemon.
+
+`ToolProvider.invoke(tool, arguments, timeout_s=, cancel=)` yields Dify's
+tool messages (`connectors.tool_messages`) or raises a `ToolError`; the node
+turns the messages into its outputs. Which provider serves a node is decided
+from its `provider_type` and `provider_id` by `provider_for`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol
+
+from connectors.builtin_tools import BuiltinTool
+from connectors.guarded_http import CancelLike
+from connectors.hub import Connectors, env_value
+from connectors.mcp_client import McpServer
+from connectors.tool_messages import (
+    ToolCancelledError,
+    ToolError,
+    ToolMessage,
+    ToolTimeoutError,
+    merge_blob_chunks,
+    parse_wire_message,
+)
+from connectors.tool_parameters import prepare
+from plugin_daemon_client.errors import (
+    ConnectError,
+    FirstGateError,
+    StreamCancelledError,
+    StreamTotalTimeoutError,
+)
+from plugin_daemon_client.tool_dispatch import PluginToolClient
+
+
+class ToolProvider(Protocol):
+    def invoke(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout_s: float,
+        cancel: CancelLike | None,
+    ) -> Iterable[ToolMessage]: ...
+
+
+class BuiltinProvider:
+    """A provider of `connectors.builtin_tools`: parameters are cast and
+    defaulted by the tool's declarations, then the tool runs here."""
+
+    def __init__(self, provider_id: str, tools: Mapping[str, BuiltinTool]) -> None:
+        self.provider_id = provider_id
+        self.tools = tools
+
+    def invoke(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout_s: float,
+        cancel: CancelLike | None,
+    ) -> Iterator[ToolMessage]:
+        found = self.tools.get(tool)
+        if found is None:
+            raise ToolError("errors.tool.unknownTool", tool=tool, provider=self.provider_id)
+        yield from found.run(prepare(found.parameters, arguments))
+
+
+class McpProvider:
+    def __init__(self, server: McpServer) -> None:
+        self.server = server
+
+    def invoke(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout_s: float,
+        cancel: CancelLike | None,
+    ) -> list[ToolMessage]:
+        return self.server.call(tool, arguments, timeout_s=timeout_s, cancel=cancel)
+
+
+class PluginProvider:
+    """A plugin's tool, dispatched to the Dify plugin daemon of the settings
+    (`tools.plugin_daemon`), with the provider's credentials from the
+    environment (`tools.providers.<id>.credentials_env`)."""
+
+    def __init__(
+        self, provider_id: str, client: PluginToolClient, credentials: Mapping[str, str]
+    ) -> None:
+        self.provider_id = provider_id
+        self.client = client
+        self.credentials = dict(credentials)
+
+    @classmethod
+    def from_settings(cls, provider_id: str, connectors: Connectors) -> PluginProvider:
+        tools = connectors.section("tools")
+        daemon = getattr(tools, "plugin_daemon", None)
+        if daemon is None:
+            raise ToolError("errors.tool.noDaemon", provider=provider_id)
+        api_key = None
+        if daemon.api_key_env:
+            api_key = env_value(daemon.api_key_env, "the plugin daemon key")
+        # A whole blob travels on one line, base64-encoded.
+        max_file = int(getattr(tools, "max_file_bytes", 10 * 1024 * 1024))
+        max_line = max_file * 4 // 3 + 64 * 1024
+        client = connectors.cached(
+            "plugin-daemon-tools",
+            lambda: PluginToolClient(
+                daemon.base_url,
+                daemon.tenant_id,
+                api_key,
+                user_id=daemon.user_id,
+                max_line_bytes=max_line,
+                max_reply_bytes=max(64 * 1024 * 1024, 4 * max_line),
+            ),
+        )
+        spec = (getattr(tools, "providers", None) or {}).get(provider_id)
+        credentials = {
+            name: env_value(env, f"a credential of {provider_id}")
+            for name, env in (spec.credentials_env.items() if spec is not None else ())
+        }
+        return cls(provider_id, client, credentials)
+
+    def invoke(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout_s: float,
+        cancel: CancelLike | None,
+    ) -> Iterator[ToolMessage]:
+        stream = self.client.invoke(
+            self.provider_id,
+            tool,
+            arguments,
+            credentials=self.credentials,
+            timeout_s=timeout_s,
+            cancel=cancel,
+            secrets=tuple(self.credentials.values()),
+        )
+        try:
+            for raw in stream:
+                yield parse_wire_message(raw)
+        except StreamTotalTimeoutError:
+            raise ToolTimeoutError(seconds=f"{timeout_s:g}") from None
+        except StreamCancelledError:
+            raise ToolCancelledError() from None
+        except ConnectError as exc:
+            raise ToolError(
+                "errors.tool.daemonUnreachable",
+                url=self.client.base_url,
+                detail=exc.params.get("detail", ""),
+            ) from None
+        except FirstGateError as exc:
+            # The transport's own messages speak of model servers; a tool's do not.
+            detail = exc.params.get("detail") or exc.params.get("excerpt") or str(exc)
+            raise ToolError(
+                "errors.tool.pluginFailed", tool=tool, provider=self.provider_id, detail=detail
+            ) from None
+
+
+def provider_for(provider_type: str, provider_id: str, connectors: Connectors) -> ToolProvider:
+    """The provider serving a tool node (the node's data was checked at load time)."""
+    from connectors import builtin_tools
+
+    if provider_type == "mcp":
+        return McpProvider(connectors.mcp_server(provider_id))
+    local = builtin_tools.provider(provider_id)
+    if provider_type == "builtin" and local is not None:
+        return BuiltinProvider(provider_id, local)
+    return PluginProvider.from_settings(provider_id, connectors)
+
+
+def capped(messages: Iterable[ToolMessage], max_bytes: int) -> Iterator[ToolMessage]:
+    """Blob chunks reassembled, every file under the cap."""
+    return merge_blob_chunks(messages, max_bytes)
