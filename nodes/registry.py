@@ -8,6 +8,7 @@ from types import ModuleType
 
 from nodes import (
     answer,
+    code,
     end,
     http_request,
     if_else,
@@ -33,6 +34,8 @@ class NodeSpec:
     supports_retry: bool
     # Handles a node's outgoing edges may use besides the error handle.
     handles: Callable[[BaseNodeData], set[str]]
+    # Runs code through `ctx.code_executor` (the runtime starts it with the run).
+    uses_code_executor: bool = False
 
 
 def _spec(module: ModuleType) -> NodeSpec:
@@ -44,6 +47,7 @@ def _spec(module: ModuleType) -> NodeSpec:
         output_names=module.output_names,
         supports_retry=module.SUPPORTS_RETRY,
         handles=getattr(module, "handles", lambda data: {SUCCESS_HANDLE}),
+        uses_code_executor=getattr(module, "USES_CODE_EXECUTOR", False),
     )
 
 
@@ -58,6 +62,7 @@ NODE_TYPES: dict[str, NodeSpec] = {
         template_transform,
         variable_aggregator,
         http_request,
+        code,
         knowledge_retrieval,
         tool,
     )

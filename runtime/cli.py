@@ -96,17 +96,20 @@ def _invalid(error: BaseException, locale: str, as_json: bool) -> int:
     return EXIT_INVALID
 
 
+def _invalid_file(error: DslError, path: str, locale: str) -> int:
+    print(
+        locales.t("cli.invalidFlow", locale, path=path, count=len(error.problems)), file=sys.stderr
+    )
+    for problem in error.problems:
+        print("  " + problem.render(locale), file=sys.stderr)
+    return EXIT_INVALID
+
+
 def cmd_validate(flow: str, locale: str) -> int:
     try:
         workflow = load_workflow(flow)
     except DslError as exc:
-        print(
-            locales.t("cli.invalidFlow", locale, path=flow, count=len(exc.problems)),
-            file=sys.stderr,
-        )
-        for problem in exc.problems:
-            print("  " + problem.render(locale), file=sys.stderr)
-        return EXIT_INVALID
+        return _invalid_file(exc, exc.source or flow, locale)
     print(
         locales.t(
             "cli.valid",
@@ -126,13 +129,8 @@ def cmd_run(args: argparse.Namespace, locale: str) -> int:
         run = workflow.run(parse_inputs(args.input), settings=settings)
     except (DslError, InputError, RouteError, BadInputArgError) as exc:
         if isinstance(exc, DslError) and not args.json:
-            print(
-                locales.t("cli.invalidFlow", locale, path=args.flow, count=len(exc.problems)),
-                file=sys.stderr,
-            )
-            for problem in exc.problems:
-                print("  " + problem.render(locale), file=sys.stderr)
-            return EXIT_INVALID
+            # Headed with the file the problems are in: the models file's own name for its problems.
+            return _invalid_file(exc, exc.source or args.flow, locale)
         return _invalid(exc, locale, args.json)
     view = None if args.json else HumanView(locale)
     final: ev.Event | None = None

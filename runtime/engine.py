@@ -10,6 +10,7 @@ sockets down through their gates), wake the dispatcher, drain, report.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -32,6 +33,7 @@ from runtime.route_clients import RouteClients
 from runtime.scheduler import Scheduler
 from runtime.variable_pool import VariablePool
 from runtime.worker_pool import WorkerPool
+from sandbox.executor import CodeExecutor
 
 # How long a stopped run waits for its in-flight nodes to notice the cancel.
 DRAIN_GRACE_S = 5.0
@@ -66,9 +68,15 @@ class WorkflowRun:
         max_workers: int,
         run_id: str,
         connectors: Connectors | None = None,
+        code_executor: CodeExecutor | None = None,
+        owns_code_executor: bool = False,
+        start_code_executor: bool = False,
     ) -> None:
         self.graph = graph
         self.connectors = connectors
+        self.code_executor = code_executor
+        self._owns_code_executor = owns_code_executor
+        self._start_code_executor = start_code_executor
         self.providers = providers  # of the LLM nodes the run can reach
         self.inputs = inputs
         self.run_id = run_id
@@ -160,6 +168,9 @@ class WorkflowRun:
             except Exception as exc:  # noqa: BLE001 - reported as the run's failure
                 yield self._terminal_failed(exc)
                 return
+            if self._start_code_executor and self.code_executor is not None:
+                # Warm up in the background; a code node waits for a worker if it must.
+                threading.Thread(target=self._warm_up_code_executor, daemon=True).start()
             for node_id in self.scheduler.roots():
                 yield from self._launch(node_id)
             while self._in_flight and self._stop_message is None and self._failure is None:
@@ -181,6 +192,13 @@ class WorkflowRun:
                 self.clients.close()
             if self.connectors is not None:
                 self.connectors.close()
+            if self._owns_code_executor and self.code_executor is not None:
+                self.code_executor.close()
+
+    def _warm_up_code_executor(self) -> None:
+        assert self.code_executor is not None
+        with contextlib.suppress(Exception):  # the first code node reports it
+            self.code_executor.start()
 
     def _launch(self, node_id: str) -> Iterator[ev.Event]:
         if self.cancel.cancelled:
@@ -249,6 +267,7 @@ class WorkflowRun:
             emit_fallback=fallback,
             clients=self.clients,
             inputs=self.inputs,
+            code_executor=self.code_executor,
             connectors=self.connectors,
         )
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.hub import Connectors
 from nodes import start
+from runtime.code_executors import build_code_executor
 from runtime.engine import WorkflowRun
 from runtime.graph import Graph, NodeDef
 from runtime.limits import RunLimits
@@ -18,6 +19,7 @@ from runtime.routes import ModelRoutes
 if TYPE_CHECKING:
     from nodes.base import Clients
     from runtime.settings import RuntimeSettings
+    from sandbox.executor import CodeExecutor
 
 
 @dataclass(slots=True)
@@ -38,6 +40,14 @@ class Workflow:
             for n in self.graph.nodes.values()
             if n.type == "llm" and n.id in self.graph.reachable
         }
+
+    def uses_code_executor(self) -> bool:
+        """Whether a node the run can reach runs code (so the executor starts with the run)."""
+        return any(
+            n.spec.uses_code_executor
+            for n in self.graph.nodes.values()
+            if n.id in self.graph.reachable
+        )
 
     def prepare_inputs(
         self, inputs: Mapping[str, Any], query: str | None = None
@@ -69,6 +79,7 @@ class Workflow:
         max_workers: int = 16,
         run_id: str | None = None,
         clients: Clients | None = None,
+        code_executor: CodeExecutor | None = None,
     ) -> WorkflowRun:
         """Start a run; iterate the returned object for events, call `.abort()` to stop it.
 
@@ -77,6 +88,9 @@ class Workflow:
         Raises start.InputError for inputs that do not fit the start node and
         RouteError for a route whose credential variable is unset. `clients`
         replaces the routes with your own provider of transport clients.
+        `code_executor` (yours to start and close, shared by as many runs as you
+        like) replaces the one the run builds from `settings.code_executor`
+        and closes when it ends.
         """
         values, sys_query = self.prepare_inputs(inputs or {}, query)
         providers = self.llm_providers()
@@ -84,6 +98,9 @@ class Workflow:
             routes = ModelRoutes(settings)
             routes.check(providers)
             clients = RouteClients(routes)
+        owns_executor = code_executor is None
+        if code_executor is None:
+            code_executor = build_code_executor(settings.code_executor if settings else None)
         return WorkflowRun(
             self.graph,
             values,
@@ -94,5 +111,8 @@ class Workflow:
             limits=limits or RunLimits(),
             max_workers=max_workers,
             run_id=run_id or str(uuid.uuid4()),
+            code_executor=code_executor,
+            owns_code_executor=owns_executor,
+            start_code_executor=self.uses_code_executor(),
             connectors=Connectors.from_settings(settings),
         )

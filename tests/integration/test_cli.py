@@ -200,5 +200,5 @@ def test_validate_examples_and_missing_or_broken_files(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yml"
     broken.write_text("kind: app\napp: {mode: workflow\n")
     bad_yaml = firstgate("run", str(broken))
-    assert bad_yaml.returncode == 2 and "is not valid YAML" in bad_yaml.stderr
+    assert bad_yaml.returncode == 2 and "not valid YAML" in bad_yaml.stderr
     assert "Traceback" not in missing.stderr + bad_yaml.stderr
