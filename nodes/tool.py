@@ -28,6 +28,7 @@ node's retry and error strategy handle.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -306,7 +307,9 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     values = arguments(data, ctx.variables)
     provider = provider_for(data.provider_type, data.provider_id, ctx.connectors)
     messages = provider.invoke(data.tool_name, values, timeout_s=timeout_s, cancel=ctx.cancel)
-    outputs = collect(capped(messages, max_file_bytes), ctx)
+    # Closed here, on every path: a stream holds a socket and its deadline.
+    with contextlib.closing(capped(messages, max_file_bytes)) as stream:
+        outputs = collect(stream, ctx)
     return NodeResult(
         outputs=outputs,
         process_data={

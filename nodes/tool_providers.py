@@ -10,6 +10,7 @@ from its `provider_type` and `provider_id` by `provider_for`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
@@ -143,8 +144,9 @@ class PluginProvider:
             secrets=tuple(self.credentials.values()),
         )
         try:
-            for raw in stream:
-                yield parse_wire_message(raw)
+            with contextlib.closing(stream):
+                for raw in stream:
+                    yield parse_wire_message(raw)
         except StreamTotalTimeoutError:
             raise ToolTimeoutError(seconds=f"{timeout_s:g}") from None
         except StreamCancelledError:
@@ -176,5 +178,12 @@ def provider_for(provider_type: str, provider_id: str, connectors: Connectors) -
 
 
 def capped(messages: Iterable[ToolMessage], max_bytes: int) -> Iterator[ToolMessage]:
-    """Blob chunks reassembled, every file under the cap."""
-    return merge_blob_chunks(messages, max_bytes)
+    """Blob chunks reassembled, every file under the cap; the source is closed
+    when this is (a provider's stream holds a socket and its deadline)."""
+    source = iter(messages)
+    try:
+        yield from merge_blob_chunks(source, max_bytes)
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
