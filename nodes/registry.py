@@ -9,6 +9,7 @@ from types import ModuleType
 from nodes import (
     answer,
     code,
+    document_extractor,
     end,
     http_request,
     if_else,
@@ -65,5 +66,6 @@ NODE_TYPES: dict[str, NodeSpec] = {
         code,
         knowledge_retrieval,
         tool,
+        document_extractor,
     )
 }

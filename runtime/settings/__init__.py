@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError
 
 from runtime.problems import DslError, problems_from_validation
 from runtime.settings.code_executor import CodeExecutorSettings
+from runtime.settings.document_extractor import DocumentExtractorSettings
 from runtime.settings.files import FilesSettings
 from runtime.settings.http_request import HttpRequestSettings
 from runtime.settings.knowledge import KnowledgeSettings
@@ -39,6 +40,7 @@ class RuntimeSettings(ProvidersSection):
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
     files: FilesSettings = Field(default_factory=FilesSettings)
+    document_extractor: DocumentExtractorSettings = Field(default_factory=DocumentExtractorSettings)
 
 
 def load_settings(path: str | Path) -> RuntimeSettings:

@@ -11,6 +11,7 @@ Paths:
   /liar-long          Content-Length 1000, sends 10 bytes and closes
   /liar-short         Content-Length 5, sends 50 bytes
   /file               a small PNG-typed body with a Content-Disposition filename
+  /docs/NAME          `documents[NAME]`: (content type, bytes)
 Every request is recorded in `requests`.
 """
 
@@ -130,6 +131,13 @@ class _Handler(BaseHTTPRequestHandler):
                 "image/png",
                 Content_Disposition='attachment; filename="pixel.png"',
             )
+        elif path.startswith("/docs/"):
+            name = path.rsplit("/", 1)[1]
+            content = self.server.documents.get(name)
+            if content is None:
+                self._send(404, b"no such document")
+            else:
+                self._send(200, content[1], content[0])
         else:
             self._send(404, b"not found")
 
@@ -144,6 +152,7 @@ class _Server(ThreadingHTTPServer):
         self.requests: list[dict[str, Any]] = []
         self.stop = threading.Event()
         self.huge_sent = 0
+        self.documents: dict[str, tuple[str, bytes]] = {}
 
 
 class HttpTarget:
@@ -162,6 +171,11 @@ class HttpTarget:
     @property
     def requests(self) -> list[dict[str, Any]]:
         return self._server.requests
+
+    @property
+    def documents(self) -> dict[str, tuple[str, bytes]]:
+        """Served at /docs/NAME: NAME -> (content type, bytes)."""
+        return self._server.documents
 
     @property
     def huge_sent(self) -> int:
