@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectors.guarded_http import RequestSpec
 from nodes.base import NodeContext, NodeResult
 from nodes.config import BaseNodeData, SelectorField
 from nodes.document_text import DocumentError, Limits, extract_text
-from nodes.files import File, TransferMethod, too_large
+from nodes.file_content import read
+from nodes.files import File
 from nodes.selectors import Selector
 
 TYPE = "document-extractor"
@@ -54,21 +54,6 @@ def _files(value: Any, selector: Selector) -> File | list[File]:
     raise DocumentError("errors.document.notFiles", selector=where)
 
 
-def _content(file: File, ctx: NodeContext, limit: int) -> bytes:
-    if file.transfer_method is not TransferMethod.REMOTE_URL or file.path is not None:
-        return file.read_bytes(limit)
-    if ctx.connectors is None or not file.remote_url:
-        raise DocumentError("errors.document.download", name=file.filename, detail="no URL")
-    reply = ctx.connectors.http.request(RequestSpec("get", file.remote_url), cancel=ctx.cancel)
-    if not reply.is_success:
-        raise DocumentError(
-            "errors.document.download", name=file.filename, detail=f"status {reply.status_code}"
-        )
-    if len(reply.content) > limit:
-        raise too_large(file.filename, len(reply.content), limit)
-    return reply.content
-
-
 def _limits(ctx: NodeContext) -> tuple[int, Limits]:
     section = ctx.connectors.section("document_extractor") if ctx.connectors else None
     defaults = Limits()
@@ -82,7 +67,7 @@ def _limits(ctx: NodeContext) -> tuple[int, Limits]:
 
 def _text(file: File, ctx: NodeContext) -> str:
     max_bytes, limits = _limits(ctx)
-    data = _content(file, ctx, max_bytes)
+    data = read(file, ctx, max_bytes)
     return extract_text(
         data,
         name=file.filename or file.id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from runtime import events as ev
@@ -68,3 +69,28 @@ def node_end(events: list[ev.Event], node_id: str = "n") -> ev.Event:
     ]
     assert ends, f"node {node_id} never ended: {[type(e).__name__ for e in events]}"
     return ends[-1]
+
+
+def chain_flow(
+    steps: list[tuple[str, str, dict[str, Any]]],
+    outputs: dict[str, list[str]],
+    *,
+    start_variables: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """start -> each (id, type, data) in order -> end, with `outputs` at the end."""
+    document = one_node_flow("end", {}, {}, start_variables=start_variables)
+    graph = document["workflow"]["graph"]
+    start, _, end = graph["nodes"]
+    end["data"]["outputs"] = [
+        {"variable": name, "value_selector": selector} for name, selector in outputs.items()
+    ]
+    middle = [
+        {"id": node_id, "data": {"type": kind, "title": node_id, **data}}
+        for node_id, kind, data in steps
+    ]
+    graph["nodes"] = [start, *middle, end]
+    ids = ["start", *(node_id for node_id, _, _ in steps), "end"]
+    graph["edges"] = [
+        {"source": a, "target": b, "sourceHandle": "source"} for a, b in itertools.pairwise(ids)
+    ]
+    return document

@@ -32,7 +32,8 @@ def pdf(pages: list[str], *, password: str | None = None) -> bytes:
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
     body = io.BytesIO()
-    body.write(b"%PDF-1.4\n")
+    # The binary comment line real PDF writers add (so tools treat the file as binary).
+    body.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
     for number, obj in enumerate(head + objects, start=1):
         offsets.append(body.tell())

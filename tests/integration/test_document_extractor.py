@@ -179,7 +179,7 @@ def test_remote_files_are_fetched_under_the_network_policy(target: HttpTarget) -
     allowed = {"http_request": {"allow": ["127.0.0.1"]}}
     assert extract(remote, **allowed)["text"] == "| a | b |\n| - | - |\n| 1 | 2 |\n"
     missing = from_remote_url(f"{target.url}/docs/gone.txt")
-    with pytest.raises(DocumentError, match="cannot fetch gone.txt: status 404"):
+    with pytest.raises(FileError, match="cannot fetch gone.txt: status 404"):
         extract(missing, **allowed)
     target.documents["huge.txt"] = ("text/plain", b"z" * 2000)
     with pytest.raises(Exception, match="limit of 1000 bytes"):
