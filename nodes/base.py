@@ -156,7 +156,6 @@ class NodeResult:
 
     outputs: dict[str, Any] = field(default_factory=dict)
     handles: frozenset[str] | None = None
-    usage: Mapping[str, Any] | None = None
     # How the node did it (Dify's process_data): e.g. the LLM node's resolved
     # first-token budget and which route answered. Not a variable.
     process_data: Mapping[str, Any] | None = None

@@ -27,12 +27,12 @@ from nodes.config import (
     DslModel,
     Milliseconds,
     SelectorField,
-    _as_int,
     dsl_error,
     shown,
 )
 from nodes.jinja import render_jinja
 from nodes.selectors import Selector, template_selectors
+from plugin_daemon_client.durations import DurationError, parse_duration
 
 if TYPE_CHECKING:
     from plugin_daemon_client.first_token_budget import ResolvedBudget
@@ -75,22 +75,18 @@ class ContextConfig(DslModel):
     variable_selector: SelectorField | None = None
 
 
-AUTO = "auto"
-
-
 def _first_token_ms(value: Any) -> int | None:
     """Empty or "auto": None (the budget grows with the prompt); 0 disables it."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", AUTO)):
-        return None
-    number = _as_int(value)
-    if number is None or number < 0:
+    try:
+        number = parse_duration(value, whole=True)
+    except DurationError:
         raise dsl_error(
             "dsl.firstTokenMilliseconds",
             'must be a whole number of milliseconds, "auto" or empty (then the budget grows '
             "with the prompt; 0 disables it), got {got}",
             got=shown(value),
-        )
-    return number
+        ) from None
+    return None if number is None else int(number)
 
 
 FirstTokenMilliseconds = Annotated[int | None, BeforeValidator(_first_token_ms)]
@@ -386,6 +382,5 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     usage = _usage_dict(reply.usage)
     return NodeResult(
         outputs={"text": reply.text, "usage": usage, "finish_reason": reply.finish_reason},
-        usage=usage,
         process_data=_process_data(call, budgets, answered),
     )
