@@ -25,9 +25,17 @@ from typing import Any, Protocol
 import httpx
 
 from . import errors
-from .errors import FirstGateError, MalformedFrameError, ProtocolError, StreamProgress
+from .client import _endpoint
+from .errors import (
+    ClientConfigError,
+    FirstGateError,
+    MalformedFrameError,
+    ProtocolError,
+    StreamProgress,
+)
 from .gate import Gate, GateTripped, first_token_gate
 from .protocols.plugin_daemon import daemon_error, error_from_status
+from .redaction import MIN_SECRET_CHARS, Redactor, ServerText
 from .sse import SSEDecoder, SSEViolation
 from .transport import GatedTransport
 
@@ -66,11 +74,13 @@ class PluginToolClient:
         max_line_bytes: int = 16 * 1024 * 1024,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
-        if not base_url or not tenant_id:
-            raise ValueError("a plugin daemon tool client needs a base_url and a tenant_id")
-        self.base_url = base_url.rstrip("/")
+        if not tenant_id:
+            raise ClientConfigError("errors.config.daemonTenant")
+        # The LLM client's checks: no credentials in the URL, no key too short to redact.
+        endpoint = _endpoint(base_url, api_key, tenant_id, None, user_id)
+        self.base_url = endpoint.base_url.rstrip("/")
         self.tenant_id = tenant_id
-        self._api_key = api_key
+        self._api_key = endpoint.api_key
         self.user_id = user_id
         self._max_line = max_line_bytes
         self._max_reply = max_reply_bytes
@@ -94,8 +104,8 @@ class PluginToolClient:
         secrets: tuple[str, ...] = (),
     ) -> Iterator[dict[str, Any]]:
         """Yield the tool's messages as decoded JSON objects; raise one typed
-        `FirstGateError` on failure. `secrets` (e.g. the credentials' values)
-        are redacted from every error as the key is."""
+        `FirstGateError` on failure, scrubbed at one exit: `secrets` (the
+        credentials' values) are redacted from it as the daemon key is."""
         plugin_id, provider = split_provider_id(provider_id)
         headers = {"Content-Type": "application/json"}
         if self._api_key:
@@ -116,13 +126,16 @@ class PluginToolClient:
             },
         }
         url = f"{self.base_url}/plugin/{self.tenant_id}/dispatch/tool/invoke"
-        hidden = tuple(s for s in (self._api_key, *secrets) if s)
+        # Shorter values cannot be told from ordinary words; the key itself is checked.
+        redactor = Redactor(
+            [self._api_key, *(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)]
+        )
         with first_token_gate(stream_total_timeout=timeout_s) as gate:
             attach = cancel.attached(gate.cancel) if cancel is not None else nullcontext()
             with attach:
                 failure: FirstGateError
                 try:
-                    yield from self._stream(url, headers, body, gate, hidden)
+                    yield from self._stream(url, headers, body, gate)
                     return
                 except GateTripped as tripped:
                     failure = tripped.error
@@ -130,25 +143,20 @@ class PluginToolClient:
                     failure = error
                 except httpx.HTTPError as exc:
                     mapped = gate.tripped or errors.map_transport_exception(
-                        exc, gate.progress, url=url, secrets=hidden
+                        exc, gate.progress, url=url
                     )
                     if mapped is None:
                         raise
                     failure = mapped
-                raise failure
+                raise redactor.scrub(failure)
 
     def _stream(
-        self,
-        url: str,
-        headers: dict[str, str],
-        body: dict[str, Any],
-        gate: Gate,
-        hidden: tuple[str, ...],
+        self, url: str, headers: dict[str, str], body: dict[str, Any], gate: Gate
     ) -> Iterator[dict[str, Any]]:
         content = json.dumps(body).encode()
         with self._http.stream("POST", url, headers=headers, content=content) as response:
             if response.status_code >= 400:
-                raise self._status_error(response, hidden)
+                raise self._status_error(response)
             decoder = SSEDecoder(self._max_line)
             received = 0
             violation: SSEViolation | None = None
@@ -160,48 +168,46 @@ class PluginToolClient:
                             progress=_progress(gate), limit=self._max_reply
                         )
                     for payload in decoder.feed(raw):
-                        yield self._message(payload, gate, hidden)
+                        yield self._message(payload, gate)
                 for payload in decoder.close():
-                    yield self._message(payload, gate, hidden)
+                    yield self._message(payload, gate)
             except SSEViolation as caught:
                 violation = caught
             if violation is not None:  # raised outside: the violation quotes raw bytes
                 raise MalformedFrameError(
-                    progress=_progress(gate), excerpt=errors.excerpt(violation.line, hidden)
+                    progress=_progress(gate), excerpt=ServerText(violation.line, quoted=True)
                 )
             gate.raise_if_tripped()
 
-    def _message(self, payload: bytes, gate: Gate, hidden: tuple[str, ...]) -> dict[str, Any]:
+    def _message(self, payload: bytes, gate: Gate) -> dict[str, Any]:
         try:
-            envelope = json.loads(payload)
+            envelope = json.loads(payload.decode("utf-8", "replace"))
         except (ValueError, RecursionError):
             envelope = None
         if not isinstance(envelope, dict) or "code" not in envelope:
             raise MalformedFrameError(
-                progress=_progress(gate), excerpt=errors.excerpt(payload, hidden)
+                progress=_progress(gate), excerpt=ServerText(payload, quoted=True)
             )
         if envelope["code"] != 0:
-            refusal = daemon_error(envelope.get("message"), hidden)
+            refusal = daemon_error(envelope.get("message"))
             refusal.progress = _progress(gate)
             raise refusal
         data = envelope.get("data")
         if not isinstance(data, dict):
             raise MalformedFrameError(
-                progress=_progress(gate), excerpt=errors.excerpt(payload, hidden)
+                progress=_progress(gate), excerpt=ServerText(payload, quoted=True)
             )
         return data
 
     @staticmethod
-    def _status_error(response: httpx.Response, hidden: tuple[str, ...]) -> errors.InvokeError:
+    def _status_error(response: httpx.Response) -> errors.InvokeError:
         body = b""
         for part in response.iter_bytes():
             body += part
             if len(body) >= _ERROR_BODY_LIMIT:
                 break
         retry_after = errors.parse_retry_after(response.headers.get("retry-after"))
-        return error_from_status(
-            response.status_code, body, secrets=hidden, retry_after_s=retry_after
-        )
+        return error_from_status(response.status_code, body, retry_after_s=retry_after)
 
 
 def _progress(gate: Gate) -> StreamProgress:
