@@ -25,15 +25,14 @@ from typing import Any, Protocol
 import httpx
 
 from . import errors
-from .client import _endpoint
+from .client import _endpoint, one_exit
 from .errors import (
     ClientConfigError,
-    FirstGateError,
     MalformedFrameError,
     ProtocolError,
     StreamProgress,
 )
-from .gate import Gate, GateTripped, first_token_gate
+from .gate import Gate, first_token_gate
 from .protocols.plugin_daemon import daemon_error, error_from_status
 from .redaction import MIN_SECRET_CHARS, Redactor, ServerText
 from .sse import SSEDecoder, SSEViolation
@@ -133,22 +132,7 @@ class PluginToolClient:
         with first_token_gate(stream_total_timeout=timeout_s) as gate:
             attach = cancel.attached(gate.cancel) if cancel is not None else nullcontext()
             with attach:
-                failure: FirstGateError
-                try:
-                    yield from self._stream(url, headers, body, gate)
-                    return
-                except GateTripped as tripped:
-                    failure = tripped.error
-                except FirstGateError as error:
-                    failure = error
-                except httpx.HTTPError as exc:
-                    mapped = gate.tripped or errors.map_transport_exception(
-                        exc, gate.progress, url=url
-                    )
-                    if mapped is None:
-                        raise
-                    failure = mapped
-                raise redactor.scrub(failure)
+                yield from one_exit(self._stream(url, headers, body, gate), gate, url, redactor)
 
     def _stream(
         self, url: str, headers: dict[str, str], body: dict[str, Any], gate: Gate

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.serving import Serving
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -155,14 +156,13 @@ class _Server(ThreadingHTTPServer):
         self.documents: dict[str, tuple[str, bytes]] = {}
 
 
-class HttpTarget:
+class HttpTarget(Serving):
     """`with HttpTarget() as target:` serves on 127.0.0.1 until the block ends."""
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self._server = _Server(host)
         self.host = host
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
@@ -180,15 +180,3 @@ class HttpTarget:
     @property
     def huge_sent(self) -> int:
         return self._server.huge_sent
-
-    def __enter__(self) -> HttpTarget:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.stop.set()
-        self._server.shutdown()
-        self._server.server_close()
-        deadline = time.monotonic() + 2
-        while self._thread.is_alive() and time.monotonic() < deadline:
-            self._thread.join(0.1)

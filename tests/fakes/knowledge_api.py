@@ -8,9 +8,10 @@ honouring `top_k`, `score_threshold` and a `metadata_condition` on `is`);
 from __future__ import annotations
 
 import json
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.serving import Serving, send_json
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -47,12 +48,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"records": records[: setting["top_k"]]})
 
     def _send(self, status: int, doc: Any) -> None:
-        data = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, doc)
 
 
 class _Server(ThreadingHTTPServer):
@@ -65,11 +61,10 @@ class _Server(ThreadingHTTPServer):
         self.status = 200
 
 
-class KnowledgeApi:
+class KnowledgeApi(Serving):
     def __init__(self, documents: list[dict[str, Any]]) -> None:
         self._server = _Server()
         self._server.documents = documents
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def endpoint(self) -> str:
@@ -81,11 +76,3 @@ class KnowledgeApi:
 
     def fail_with(self, status: int) -> None:
         self._server.status = status
-
-    def __enter__(self) -> KnowledgeApi:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()

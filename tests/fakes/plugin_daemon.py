@@ -27,6 +27,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.fakes.serving import Serving, send_json
+
 PIXEL = b"\x89PNG\r\n\x1a\n" + b"fake-png-body"
 
 
@@ -93,13 +95,15 @@ class _Handler(BaseHTTPRequestHandler):
             {"path": self.path, "headers": dict(self.headers), "body": body}
         )
         if not self.path.endswith("/dispatch/tool/invoke"):
-            return self._json(404, {"code": -404, "message": "not found", "data": None})
+            return send_json(self, 404, {"code": -404, "message": "not found", "data": None})
         data = body["data"]
         params = data["tool_parameters"]
         tool = data["tool"]
         if tool == "status":
             inner = json.dumps({"error_type": "PluginDaemonUnauthorizedError", "message": "no"})
-            return self._json(int(params["code"]), {"code": -1, "message": inner, "data": None})
+            return send_json(
+                self, int(params["code"]), {"code": -1, "message": inner, "data": None}
+            )
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
@@ -149,14 +153,6 @@ class _Handler(BaseHTTPRequestHandler):
             out.write(_frame(first))
         out.flush()
 
-    def _json(self, status: int, doc: Any) -> None:
-        data = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -167,10 +163,9 @@ class _Server(ThreadingHTTPServer):
         self.stop = threading.Event()
 
 
-class FakePluginDaemon:
+class FakePluginDaemon(Serving):
     def __init__(self) -> None:
         self._server = _Server()
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
@@ -179,12 +174,3 @@ class FakePluginDaemon:
     @property
     def requests(self) -> list[dict[str, Any]]:
         return self._server.requests
-
-    def __enter__(self) -> FakePluginDaemon:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.stop.set()
-        self._server.shutdown()
-        self._server.server_close()
