@@ -42,7 +42,7 @@ from nodes.base import render_selectors as render
 from nodes.config import BaseNodeData, DslModel, dsl_error, shown
 from nodes.files import File, from_bytes, from_remote_url
 from nodes.selectors import Selector, template_selectors
-from nodes.tool_providers import capped, provider_for
+from nodes.tool_providers import ToolCall, capped, provider_for
 
 TYPE = "tool"
 SUPPORTS_RETRY = True
@@ -306,7 +306,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     max_file_bytes = int(getattr(tools, "max_file_bytes", DEFAULT_MAX_FILE_BYTES))
     values = arguments(data, ctx.variables)
     provider = provider_for(data.provider_type, data.provider_id, ctx.connectors)
-    messages = provider.invoke(data.tool_name, values, timeout_s=timeout_s, cancel=ctx.cancel)
+    messages = provider.invoke(ToolCall(data.tool_name, values, timeout_s, ctx.cancel))
     # Closed here, on every path: a stream holds a socket and its deadline.
     with contextlib.closing(capped(messages, max_file_bytes)) as stream:
         outputs = collect(stream, ctx)

@@ -2,7 +2,7 @@
 this process, a tool of an MCP server, or a plugin's tool through the Dify
 plugin daemon.
 
-`ToolProvider.invoke(tool, arguments, timeout_s=, cancel=)` yields Dify's
+`ToolProvider.invoke(ToolCall(tool, arguments, timeout_s, cancel))` yields Dify's
 tool messages (`connectors.tool_messages`) or raises a `ToolError`; the node
 turns the messages into its outputs. Which provider serves a node is decided
 from its `provider_type` and `provider_id` by `provider_for`.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from connectors.builtin_tools import BuiltinTool
@@ -36,15 +37,18 @@ from plugin_daemon_client.errors import (
 from plugin_daemon_client.tool_dispatch import PluginToolClient
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call of one tool: its arguments, its time bound, the run's cancel token."""
+
+    tool: str
+    arguments: Mapping[str, Any]
+    timeout_s: float
+    cancel: CancelLike | None = None
+
+
 class ToolProvider(Protocol):
-    def invoke(
-        self,
-        tool: str,
-        arguments: Mapping[str, Any],
-        *,
-        timeout_s: float,
-        cancel: CancelLike | None,
-    ) -> Iterable[ToolMessage]: ...
+    def invoke(self, call: ToolCall) -> Iterable[ToolMessage]: ...
 
 
 class BuiltinProvider:
@@ -55,33 +59,21 @@ class BuiltinProvider:
         self.provider_id = provider_id
         self.tools = tools
 
-    def invoke(
-        self,
-        tool: str,
-        arguments: Mapping[str, Any],
-        *,
-        timeout_s: float,
-        cancel: CancelLike | None,
-    ) -> Iterator[ToolMessage]:
-        found = self.tools.get(tool)
+    def invoke(self, call: ToolCall) -> Iterator[ToolMessage]:
+        found = self.tools.get(call.tool)
         if found is None:
-            raise ToolError("errors.tool.unknownTool", tool=tool, provider=self.provider_id)
-        yield from found.run(prepare(found.parameters, arguments))
+            raise ToolError("errors.tool.unknownTool", tool=call.tool, provider=self.provider_id)
+        yield from found.run(prepare(found.parameters, call.arguments))
 
 
 class McpProvider:
     def __init__(self, server: McpServer) -> None:
         self.server = server
 
-    def invoke(
-        self,
-        tool: str,
-        arguments: Mapping[str, Any],
-        *,
-        timeout_s: float,
-        cancel: CancelLike | None,
-    ) -> list[ToolMessage]:
-        return self.server.call(tool, arguments, timeout_s=timeout_s, cancel=cancel)
+    def invoke(self, call: ToolCall) -> list[ToolMessage]:
+        return self.server.call(
+            call.tool, call.arguments, timeout_s=call.timeout_s, cancel=call.cancel
+        )
 
 
 class PluginProvider:
@@ -126,21 +118,15 @@ class PluginProvider:
         }
         return cls(provider_id, client, credentials)
 
-    def invoke(
-        self,
-        tool: str,
-        arguments: Mapping[str, Any],
-        *,
-        timeout_s: float,
-        cancel: CancelLike | None,
-    ) -> Iterator[ToolMessage]:
+    def invoke(self, call: ToolCall) -> Iterator[ToolMessage]:
+        tool, timeout_s = call.tool, call.timeout_s
         stream = self.client.invoke(
             self.provider_id,
             tool,
-            arguments,
+            call.arguments,
             credentials=self.credentials,
             timeout_s=timeout_s,
-            cancel=cancel,
+            cancel=call.cancel,
             secrets=tuple(self.credentials.values()),
         )
         try:

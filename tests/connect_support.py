@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from typing import Any
 
 from runtime import events as ev
@@ -94,3 +96,18 @@ def chain_flow(
         {"source": a, "target": b, "sourceHandle": "source"} for a, b in itertools.pairwise(ids)
     ]
     return document
+
+
+def abort_once(run: Any, ready: Any, reason: str = "stop") -> list[ev.Event]:
+    """Consume `run` on a thread, abort it once `ready()` is true (within 10 s),
+    and return its events; the run must end within 10 s of the abort."""
+    events: list[ev.Event] = []
+    thread = threading.Thread(target=lambda: events.extend(run))
+    thread.start()
+    started = time.monotonic()
+    while not ready() and time.monotonic() - started < 10:
+        time.sleep(0.01)
+    run.abort(reason)
+    thread.join(10)
+    assert not thread.is_alive(), "the run did not end after the abort"
+    return events

@@ -7,11 +7,10 @@ honouring `top_k`, `score_threshold` and a `metadata_condition` on `is`);
 
 from __future__ import annotations
 
-import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.fakes.serving import Serving, send_json
+from tests.fakes.serving import Serving, read_json, send_json
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -21,10 +20,7 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        self.server.requests.append(
-            {"path": self.path, "headers": dict(self.headers), "body": body}
-        )
+        body = read_json(self)
         if self.server.status != 200:
             answer = {"error_code": 1002, "error_msg": "Authorization failed"}
             return self._send(self.server.status, answer)

@@ -27,7 +27,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.fakes.serving import Serving, send_json
+from tests.fakes.serving import Serving, read_json, send_json
 
 PIXEL = b"\x89PNG\r\n\x1a\n" + b"fake-png-body"
 
@@ -90,10 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        self.server.requests.append(
-            {"path": self.path, "headers": dict(self.headers), "body": body}
-        )
+        body = read_json(self)
         if not self.path.endswith("/dispatch/tool/invoke"):
             return send_json(self, 404, {"code": -404, "message": "not found", "data": None})
         data = body["data"]

@@ -10,6 +10,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def read_json(handler: BaseHTTPRequestHandler) -> Any:
+    """The request's JSON body, recorded in `handler.server.requests` with its path
+    and headers."""
+    body = json.loads(handler.rfile.read(int(handler.headers.get("Content-Length") or 0)))
+    handler.server.requests.append(  # type: ignore[attr-defined]
+        {"path": handler.path, "headers": dict(handler.headers), "body": body}
+    )
+    return body
+
+
 def send_json(handler: BaseHTTPRequestHandler, status: int, doc: Any) -> None:
     data = json.dumps(doc).encode()
     handler.send_response(status)

@@ -6,7 +6,6 @@ are refused at load time by name."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from plugin_daemon_client.tool_dispatch import PluginToolClient, ToolReplyTooLar
 from runtime import events as ev
 from runtime import load_workflow
 from runtime.problems import DslError
-from tests.connect_support import node_end, one_node_flow, run_events, settings
+from tests.connect_support import abort_once, node_end, one_node_flow, run_events, settings
 from tests.fakes import mcp_server
 from tests.fakes.plugin_daemon import PIXEL, FakePluginDaemon
 
@@ -297,15 +296,7 @@ def test_a_daemon_that_never_answers_is_bounded_too(daemon: FakePluginDaemon) ->
 
 def test_abort_unblocks_a_waiting_tool_call(daemon: FakePluginDaemon) -> None:
     run = load_workflow(plugin_flow("hang")).run({}, settings=daemon_settings(daemon, timeout_s=60))
-    events: list[ev.Event] = []
-    thread = threading.Thread(target=lambda: events.extend(run))
-    thread.start()
-    started = time.monotonic()
-    while not daemon.requests and time.monotonic() - started < 10:
-        time.sleep(0.01)
-    run.abort("stop")
-    thread.join(10)
-    assert not thread.is_alive()
+    events = abort_once(run, lambda: daemon.requests)
     assert isinstance(events[-1], ev.WorkflowAborted)
     failed = [e for e in events if isinstance(e, ev.NodeFailed) and e.node_id == "n"]
     assert failed and failed[0].error_type == "ToolCancelledError"
@@ -440,13 +431,9 @@ def test_mcp_calls_are_time_bounded_and_abortable(mcp_url: str) -> None:
     assert node_end(events).error_type == "ToolTimeoutError"
     assert time.monotonic() - started < 10
     run = load_workflow(mcp_flow("pause", {"seconds": 30})).run({}, settings=mcp_settings(mcp_url))
-    events = []
-    thread = threading.Thread(target=lambda: events.extend(run))
-    thread.start()
-    time.sleep(1.0)
-    run.abort("stop")
-    thread.join(10)
-    assert not thread.is_alive() and isinstance(events[-1], ev.WorkflowAborted)
+    began = time.monotonic()
+    events = abort_once(run, lambda: time.monotonic() - began > 1.0)
+    assert isinstance(events[-1], ev.WorkflowAborted)
     failed = [e for e in events if isinstance(e, ev.NodeFailed)]
     assert failed and failed[0].error_type == "ToolCancelledError"
 
