@@ -13,7 +13,8 @@ chosen by the tool name:
 - `status`: answers `code` (a JSON error body in the daemon's shape);
 - `flood`: text messages without end;
 - `garbage`: a line that is not JSON;
-- `cut_blob`: the first of two blob chunks, then a clean close.
+- `cut_blob`: the first of two blob chunks, then a clean close;
+- `search`: a text line and a JSON object about the `query` parameter.
 
 Every request is recorded (path, headers, body) for the tests to inspect.
 """
@@ -136,6 +137,11 @@ class _Handler(BaseHTTPRequestHandler):
                 out.write(line)
         elif tool == "garbage":
             out.write(b"data: this is not json\n\n")
+        elif tool == "search":
+            query = str(params.get("query", ""))
+            found = {"query": query, "results": [{"title": f"About {query}", "score": 0.9}]}
+            out.write(_frame(_text(f"1 result for {query}")))
+            out.write(_frame({"type": "json", "message": {"json_object": found}}))
         elif tool == "cut_blob":
             first = {
                 "type": "blob_chunk",

@@ -63,6 +63,28 @@ def test_a_file_without_a_name_is_named_by_type(target: HttpTarget, tmp_path: Pa
     assert file["type"] == "document"
 
 
+def test_office_documents_are_files_and_xml_feeds_are_text(
+    target: HttpTarget, tmp_path: Path
+) -> None:
+    # Dify matches "xml" anywhere in the type, which makes every Office document
+    # text; here whole name parts decide (see connectors.guarded_http).
+    target.documents["sheet"] = (
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        documents.xlsx({"S": [["a"], ["1"]]}),
+    )
+    target.documents["feed"] = ("application/rss+xml", b"<rss><channel/></rss>")
+    document = chain_flow(
+        [
+            ("sheet", "http-request", get(f"{target.url}/docs/sheet")),
+            ("feed", "http-request", get(f"{target.url}/docs/feed")),
+        ],
+        {"files": ["sheet", "files"], "feed": ["feed", "body"], "none": ["feed", "files"]},
+    )
+    out = final(run_events(document, routes(tmp_path))).outputs
+    assert [f.extension for f in out["files"]] == [".xlsx"]
+    assert out["feed"] == "<rss><channel/></rss>" and out["none"] == []
+
+
 def test_a_binary_response_over_the_cap_is_an_error(target: HttpTarget, tmp_path: Path) -> None:
     document = chain_flow(
         [("dl", "http-request", get(f"{target.url}/file"))], {"files": ["dl", "files"]}
