@@ -31,6 +31,7 @@ from nodes.config import (
     shown,
 )
 from nodes.jinja import render_jinja
+from nodes.rendering import TextBudget
 from nodes.selectors import Selector, template_selectors
 from plugin_daemon_client.durations import DurationError, parse_duration
 
@@ -161,20 +162,31 @@ def _context_text(value: Any) -> str:
 
 
 def build_messages(data: Data, variables: VariableReader) -> list[dict[str, str]]:
+    """The prompt's messages, rendered against one cap for the whole prompt.
+
+    The context (`{{#context#}}`) goes in as text: a retrieved document that
+    contains `{{#env.SECRET#}}` is not a template and does not pull variables in.
+    """
     context = ""
     if data.context.enabled and data.context.variable_selector:
         context = _context_text(variables.get(data.context.variable_selector))
     jinja_values = {
         v.variable: variables.get(v.value_selector) for v in data.prompt_config.jinja2_variables
     }
+    budget = TextBudget()
     messages: list[dict[str, str]] = []
     for message in data.messages:
         if message.edition_type == "jinja2":
             content = render_jinja(message.jinja2_text or "", jinja_values)
+            budget.charge(len(content))
         else:
-            content = render_selectors(
-                message.text.replace(CONTEXT_PLACEHOLDER, context), variables
-            )
+            pieces: list[str] = []
+            for index, part in enumerate(message.text.split(CONTEXT_PLACEHOLDER)):
+                if index:
+                    budget.charge(len(context))
+                    pieces.append(context)
+                pieces.append(render_selectors(part, variables, budget))
+            content = "".join(pieces)
         role = "user" if data.model.mode == "completion" else message.role
         messages.append({"role": role, "content": content})
     if not messages:
