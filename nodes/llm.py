@@ -37,6 +37,7 @@ from nodes.selectors import Selector, template_selectors
 if TYPE_CHECKING:
     from plugin_daemon_client.first_token_budget import ResolvedBudget
     from plugin_daemon_client.gate import Gate, WaitInfo
+    from sandbox.executor import Cancellable, CodeExecutor
 
 TYPE = "llm"
 SUPPORTS_RETRY = True
@@ -164,7 +165,12 @@ def _context_text(value: Any) -> str:
     return to_text(value)
 
 
-def build_messages(data: Data, variables: VariableReader) -> list[dict[str, str]]:
+def build_messages(
+    data: Data,
+    variables: VariableReader,
+    executor: CodeExecutor | None = None,
+    cancel: Cancellable | None = None,
+) -> list[dict[str, str]]:
     context = ""
     if data.context.enabled and data.context.variable_selector:
         context = _context_text(variables.get(data.context.variable_selector))
@@ -174,7 +180,9 @@ def build_messages(data: Data, variables: VariableReader) -> list[dict[str, str]
     messages: list[dict[str, str]] = []
     for message in data.messages:
         if message.edition_type == "jinja2":
-            content = render_jinja(message.jinja2_text or "", jinja_values)
+            content = render_jinja(
+                message.jinja2_text or "", jinja_values, executor=executor, cancel=cancel
+            )
         else:
             content = render_selectors(
                 message.text.replace(CONTEXT_PLACEHOLDER, context), variables
@@ -371,7 +379,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
 
     if ctx.clients is None:
         raise NodeRunError("dsl.node.noModelRoute")
-    messages = build_messages(data, ctx.variables)
+    messages = build_messages(data, ctx.variables, ctx.code_executor, ctx.cancel)
     parameters, stop = model_parameters(data)
     plan = plan_for(ctx.clients, data.model.provider)
     call = _Call(data, ctx, messages, parameters, stop, estimate_prompt_tokens(messages))
