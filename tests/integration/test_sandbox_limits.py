@@ -7,8 +7,10 @@ job's own process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -279,11 +281,53 @@ def test_an_oversized_result_hits_the_output_cap(pool: ProcessSandbox) -> None:
 
 
 def test_signals_to_other_processes_are_refused(pool: ProcessSandbox) -> None:
-    code = "import os, signal\ndef main(pid: int):\n    os.kill(pid, signal.SIGTERM)\n"
-    with pytest.raises(CodeSandboxViolationError) as caught:
-        pool.execute("python3", code, {"pid": os.getpid()})
-    assert caught.value.message_key == "errors.code.violation.signal"
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        code = "import os, signal\ndef main(pid: int):\n    os.kill(pid, signal.SIGTERM)\n"
+        with pytest.raises(CodeSandboxViolationError) as caught:
+            pool.execute("python3", code, {"pid": bystander.pid})
+        assert caught.value.message_key == "errors.code.violation.signal"
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
     still_runs(pool)
+
+
+def test_jobs_hold_no_capabilities(pool: ProcessSandbox) -> None:
+    code = (
+        "import ctypes\n"
+        "def main():\n"
+        "    header = (ctypes.c_uint32 * 2)(0x20080522, 0)\n"
+        "    data = (ctypes.c_uint32 * 6)()\n"
+        "    rc = ctypes.CDLL(None).capget(header, data)\n"
+        "    return {'rc': rc, 'effective': [data[0], data[3]], 'permitted': [data[1], data[4]]}\n"
+    )
+    assert pool.execute("python3", code, {}) == {"rc": 0, "effective": [0, 0], "permitted": [0, 0]}
+
+
+def test_job_processes_die_with_their_worker() -> None:
+    with small_sandbox(workers=1) as single:
+        (worker,) = list(single._workers)
+        done = threading.Event()
+
+        def slow() -> None:
+            with contextlib.suppress(CodeExecutionError):
+                single.execute("python3", "import time\ndef main():\n    time.sleep(60)\n", {})
+            done.set()
+
+        threading.Thread(target=slow, daemon=True).start()
+        time.sleep(0.5)
+        os.kill(worker.pid, 9)  # the worker alone, not its process group
+        assert done.wait(10)
+        for _ in range(100):  # its job processes follow it (PDEATHSIG)
+            try:
+                os.killpg(worker.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("a job process outlived its worker")
 
 
 def test_raising_the_limits_again_is_refused(pool: ProcessSandbox) -> None:
