@@ -20,6 +20,7 @@ import pytest
 from sandbox.worker import landlock, seccomp
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux only")
+SETRLIMIT = {"x86_64": 160, "aarch64": 164}.get(os.uname().machine, -1)
 
 
 def in_child(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -109,7 +110,11 @@ def test_job_filter_refuses_processes_signals_and_limits(
             "fork": result(c.fork()),
             "kill_other": result(c.kill(bystander.pid, signal.SIGTERM)),
             "kill_self": result(c.kill(os.getpid(), 0)),
+            # glibc's setrlimit() is the prlimit64 system call; the old call directly:
             "setrlimit": result(c.setrlimit(0, (ctypes.c_ulong * 2)(1 << 40, 1 << 40))),
+            "setrlimit_call": result(
+                c.syscall(SETRLIMIT, 0, (ctypes.c_ulong * 2)(1 << 40, 1 << 40))
+            ),
             "getrlimit": cpu,
             "execve": result(c.execve(b"/bin/true", None, None)),
             "threads": threads_work,
@@ -120,6 +125,7 @@ def test_job_filter_refuses_processes_signals_and_limits(
     assert report["kill_other"] == [-1, errno.EPERM]
     assert report["kill_self"] == [0, 0]
     assert report["setrlimit"] == [-1, errno.EPERM]
+    assert report["setrlimit_call"] == [-1, errno.EPERM]
     assert report["getrlimit"] != "refused"  # reading a limit is fine
     assert report["execve"] == [-1, errno.EPERM]
     assert report["threads"] == [True]
