@@ -124,7 +124,6 @@ class WorkerProcess:
                 "jinja_options": config.jinja_options,
                 "limits": config.limits.as_frame(),
                 "node": config.node,
-                "env": config.env,
                 "max_frame_bytes": config.max_job_bytes,
             },
         )

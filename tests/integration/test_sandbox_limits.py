@@ -59,11 +59,14 @@ def test_infinite_loop_hits_the_cpu_limit(pool: ProcessSandbox) -> None:
 
 def test_sleeping_job_hits_the_wall_clock_timeout(pool: ProcessSandbox) -> None:
     code = "import time\ndef main():\n    time.sleep(60)\n"
+    workers = {w.pid for w in pool._workers}
     started = time.monotonic()
     with pytest.raises(CodeTimeoutError) as caught:
         pool.execute("python3", code, {})
     assert caught.value.message_key == "errors.code.timeout"
     assert time.monotonic() - started < 30  # the timeout, not the sleep, ended it
+    # The worker ended the job itself; the runtime did not have to give up on it.
+    assert {w.pid for w in pool._workers} == workers
     still_runs(pool)
 
 
@@ -211,6 +214,10 @@ def test_code_sees_none_of_the_runtimes_environment(
     )
     with small_sandbox(workers=1) as fresh:
         result = fresh.execute("python3", code, {"runtime_pid": os.getpid()})
+        (worker,) = list(fresh._workers)
+        with open(f"/proc/{worker.pid}/environ", "rb") as fh:
+            worker_environment = fh.read()
+    assert b"hunter2" not in worker_environment
     assert "hunter2" not in repr(result)
     assert set(result["env"]) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR"}
     for name in ("environ", "mem", "cmdline"):
@@ -307,20 +314,31 @@ def test_jobs_hold_no_capabilities(pool: ProcessSandbox) -> None:
 
 
 def test_job_processes_die_with_their_worker() -> None:
-    with small_sandbox(workers=1) as single:
-        (worker,) = list(single._workers)
+    # A bare worker, not the pool: nobody kills the process group for it.
+    from sandbox.process_pool import ProcessSandbox as Pool
+    from sandbox.worker_process import WorkerBroken, WorkerProcess
+
+    config = Pool()._make_worker_config()
+    worker = WorkerProcess(config)
+    try:
         done = threading.Event()
 
         def slow() -> None:
-            with contextlib.suppress(CodeExecutionError):
-                single.execute("python3", "import time\ndef main():\n    time.sleep(60)\n", {})
+            job = {
+                "language": "python3",
+                "code": "import time\ndef main():\n    time.sleep(60)\n",
+                "inputs": {},
+            }
+            with contextlib.suppress(WorkerBroken):
+                worker.run(job, None)
             done.set()
 
         threading.Thread(target=slow, daemon=True).start()
         time.sleep(0.5)
         os.kill(worker.pid, 9)  # the worker alone, not its process group
         assert done.wait(10)
-        for _ in range(100):  # its job processes follow it (PDEATHSIG)
+        worker.process.wait(10)  # reaped, so only its job processes could be left
+        for _ in range(100):  # they follow it (PDEATHSIG)
             try:
                 os.killpg(worker.pid, 0)
             except ProcessLookupError:
@@ -328,6 +346,8 @@ def test_job_processes_die_with_their_worker() -> None:
             time.sleep(0.05)
         else:
             pytest.fail("a job process outlived its worker")
+    finally:
+        worker.stop(grace_s=0)
 
 
 def test_raising_the_limits_again_is_refused(pool: ProcessSandbox) -> None:
