@@ -102,7 +102,8 @@ def test_fork_below_the_audit_hooks_is_refused_by_the_kernel(pool: ProcessSandbo
 
 
 def test_memory_hog_hits_the_memory_limit(pool: ProcessSandbox) -> None:
-    code = "def main():\n    blocks = []\n    while True:\n        blocks.append(bytearray(16 * 1024 * 1024))\n"
+    # Stops by itself at 2 GB: enough to cross the limit, bounded if the limit is gone.
+    code = "def main():\n    blocks = [bytearray(16 * 1024 * 1024) for _ in range(128)]\n    return {'n': len(blocks)}\n"
     with pytest.raises(CodeResourceLimitError) as caught:
         pool.execute("python3", code, {})
     assert caught.value.message_key == "errors.code.memoryLimit"
@@ -477,6 +478,21 @@ class TestJavaScript:
 
     def test_memory_hog(self, pool: ProcessSandbox) -> None:
         code = "function main() { const a = []; while (true) a.push(new Array(1e6).fill(1.5)) }"
+        with pytest.raises(CodeResourceLimitError) as caught:
+            pool.execute("javascript", code, {})
+        assert caught.value.message_key == "errors.code.memoryLimit"
+        still_runs(pool)
+
+    def test_memory_outside_the_js_heap_is_limited_too(self, pool: ProcessSandbox) -> None:
+        # Buffers live outside V8's heap, so its heap flag does not see them;
+        # stops by itself at 2 GB.
+        code = (
+            "function main() {\n"
+            "  const blocks = [];\n"
+            "  for (let i = 0; i < 128; i++) blocks.push(Buffer.alloc(16 * 1024 * 1024, 1));\n"
+            "  return {n: blocks.length};\n"
+            "}"
+        )
         with pytest.raises(CodeResourceLimitError) as caught:
             pool.execute("javascript", code, {})
         assert caught.value.message_key == "errors.code.memoryLimit"
