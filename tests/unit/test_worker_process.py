@@ -51,16 +51,29 @@ def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_silent_worker_is_given_up_on_after_timeout_and_grace() -> None:
     worker, peer = bare_worker()
-    with pytest.raises(WorkerTimeout):
-        worker.run({"language": "python3", "code": "", "inputs": {}}, None)
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            worker.run({"language": "python3", "code": "", "inputs": {}}, None)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            outcome.append(exc)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "still waiting for a worker that never answers"
+    assert isinstance(outcome[0], WorkerTimeout)
     peer.close()
 
 
 def test_a_frame_larger_than_the_cap_is_refused_unread() -> None:
     worker, peer = bare_worker()
-    peer.sendall(struct.pack(">I", 1 << 30))  # claims a gigabyte
-    with pytest.raises(WorkerBroken):
+    peer.sendall(struct.pack(">I", 200 << 20))  # claims 200 MB, sends nothing more
+    with pytest.raises(WorkerBroken) as caught:
         worker.run({"language": "python3", "code": "", "inputs": {}}, None)
+    assert not isinstance(caught.value, WorkerTimeout)  # refused at the header
+    assert "larger than the limit" in str(caught.value)
 
 
 def test_a_worker_that_hangs_up_is_broken() -> None:
