@@ -82,15 +82,21 @@ def test_output_is_capped_while_it_is_produced(monkeypatch: pytest.MonkeyPatch) 
     assert sum(produced) <= jinja.MAX_OUTPUT_CHARS + len(big)
 
 
-def test_an_endless_inline_loop_is_stopped_by_its_cpu_budget() -> None:
-    # 10^10 iterations without output: only the loop budget can stop it.
-    source = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+@pytest.mark.parametrize(
+    "source",
+    [
+        # 10^10 iterations without output or a single call: only the loop ticks stop it.
+        "{% for a in items %}{% for b in items %}{% endfor %}{% endfor %}",
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+    ],
+)
+def test_an_endless_inline_loop_is_stopped_by_its_cpu_budget(source: str) -> None:
     assert compile_template(source).isolate_because is None
     outcome: list[BaseException] = []
 
     def render() -> None:
         try:
-            render_jinja(source, {})
+            render_jinja(source, {"items": list(range(100000))})
         except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
             outcome.append(exc)
 
@@ -137,4 +143,17 @@ def test_compiling_never_evaluates_the_template() -> None:
     finally:
         tracemalloc.stop()
     assert compiled.template is None
+    assert peak < 10 * 1024 * 1024
+
+
+def test_the_inline_environment_itself_never_folds_constants() -> None:
+    # Even a template the triage would have isolated compiles without evaluating.
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        jinja._ENV.compile("{{ 'x' * 1000000000 }}")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
     assert peak < 10 * 1024 * 1024
