@@ -86,6 +86,11 @@ class _BudgetedEnvironment(SandboxedEnvironment):
     """Every loop iterates through `ticking`, every call goes through `call`:
     both tick the current render's budget."""
 
+    # Jinja evaluates constant expressions while it compiles (`as_const`, with or
+    # without its optimizer), so `{{ 'x' * 10**9 }}` would build its gigabyte
+    # here, before any guard ran. Intercepted operators are never folded.
+    intercepted_binops = frozenset({"*", "**", "%"})
+
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = super()._parse(source, name, filename)
         for loop in tree.find_all(nodes.For):
@@ -110,9 +115,7 @@ class _BudgetedEnvironment(SandboxedEnvironment):
         return super().call(__context, __obj, *args, **kwargs)
 
 
-# No optimizer: it folds constant expressions while compiling, so `{{ 'x' * 10**9 }}`
-# would build its gigabyte here, before any guard ran.
-_ENV = _BudgetedEnvironment(**OPTIONS, optimized=False)
+_ENV = _BudgetedEnvironment(**OPTIONS)
 
 
 @dataclass(frozen=True, slots=True)
