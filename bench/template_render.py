@@ -4,7 +4,7 @@
 
 Baseline: Jinja2's plain `SandboxedEnvironment`, compiled once, `render()`
 (what firstgate did before templates were bounded). Ours: `render_jinja`,
-whose inline path adds a CPU budget ticked by every loop iteration and call
+whose inline path adds a CPU budget ticked by every loop iteration
 and a size check on every piece of output, and whose isolated path renders in
 the code sandbox (a template that computes: operators, macros, ...).
 """

@@ -4,7 +4,7 @@ Two ways to render, chosen per template when it is compiled (once):
 
 - **inline**, in this process, for templates that only read, filter and
   arrange their inputs (`nodes/jinja_triage.py` says which). Every loop
-  iteration and every call ticks a budget of `INLINE_CPU_S` of this thread's
+  iteration ticks a budget of `INLINE_CPU_S` of this thread's
   CPU time, and the output is checked against `MAX_OUTPUT_CHARS` piece by
   piece while it is produced, so neither an endless loop nor a huge output
   can take the process down. A render that runs out of budget is dropped and
@@ -59,11 +59,6 @@ class _Budget:
         self.deadline: float | None = None
         self.left = _TICKS_PER_CHECK
 
-    def tick(self) -> None:
-        self.left -= 1
-        if self.left <= 0:
-            self.check()
-
     def check(self) -> None:
         self.left = _TICKS_PER_CHECK
         now = time.thread_time()
@@ -76,15 +71,10 @@ class _Budget:
 _current = threading.local()  # a greenlet-local under gevent
 
 
-def _tick() -> None:
-    budget = getattr(_current, "budget", None)
-    if budget is not None:
-        budget.tick()
-
-
 class _BudgetedEnvironment(SandboxedEnvironment):
-    """Every loop iterates through `ticking`, every call goes through `call`:
-    both tick the current render's budget."""
+    """Every loop iterates through `ticking`, which ticks the current render's
+    budget. (Calls outside loops are bounded by the template's length; macros,
+    the way to recurse, are isolated by the triage.)"""
 
     # Jinja evaluates constant expressions while it compiles (`as_const`, with or
     # without its optimizer), so `{{ 'x' * 10**9 }}` would build its gigabyte
@@ -109,10 +99,6 @@ class _BudgetedEnvironment(SandboxedEnvironment):
             if budget.left <= 0:
                 budget.check()
             yield item
-
-    def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        _tick()
-        return super().call(__context, __obj, *args, **kwargs)
 
 
 _ENV = _BudgetedEnvironment(**OPTIONS)
