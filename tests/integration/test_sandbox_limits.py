@@ -540,3 +540,61 @@ class TestJavaScript:
         code = "function main() { return {keys: Object.keys(process.env).sort()} }"
         keys = pool.execute("javascript", code, {})["keys"]
         assert set(keys) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "FIRSTGATE_NETWORK"}
+
+
+def test_a_caller_waiting_for_a_busy_pool_can_be_cancelled() -> None:
+    from nodes.cancel import CancelToken
+
+    with small_sandbox(workers=1) as single:
+
+        def occupy() -> None:
+            with contextlib.suppress(CodeExecutionError):
+                single.execute(
+                    "python3", "import time\ndef main():\n    time.sleep(2)\n    return {}\n", {}
+                )
+
+        slow = threading.Thread(target=occupy, daemon=True)
+        slow.start()
+        time.sleep(0.3)  # the only worker is busy now
+        token = CancelToken()
+        threading.Timer(0.2, token.cancel, args=("stop",)).start()
+        started = time.monotonic()
+        with pytest.raises(CodeCancelledError):
+            single.execute("python3", ADD, {"a": 1}, cancel=token)
+        assert time.monotonic() - started < 1.5  # did not wait for the busy worker
+        slow.join(10)
+
+
+RUNTIME_THAT_DIES = """
+import os, sys, threading, time
+from sandbox.process_pool import ProcessSandbox, ProcessSandboxConfig
+from sandbox.worker_process import SandboxLimits
+pool = ProcessSandbox(ProcessSandboxConfig(workers=1, limits=SandboxLimits(wall_s=120, cpu_s=60)))
+pool.start()
+(worker,) = list(pool._workers)
+threading.Thread(target=pool.execute, args=("python3", "import time\\ndef main():\\n    time.sleep(100)\\n", {}), daemon=True).start()
+time.sleep(0.5)
+print(worker.pid, flush=True)
+os._exit(1)  # no clean-up of any kind
+"""
+
+
+def test_workers_exit_when_the_runtime_dies() -> None:
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", RUNTIME_THAT_DIES],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
+    worker_pid = int(out.stdout.split()[0])
+    for _ in range(100):  # the worker sees its socket close, ends the job and exits
+        try:
+            os.killpg(worker_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.killpg(worker_pid, 9)
+    pytest.fail("the sandbox worker outlived the runtime that started it")
