@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from locales.localized_error import LocalizedError
 from nodes.cancel import CancelToken
+from nodes.rendering import TextBudget, TextBuilder
 from nodes.selectors import Selector, TextSegment, parse_template
 
 if TYPE_CHECKING:
@@ -152,7 +153,6 @@ class NodeResult:
 
     outputs: dict[str, Any] = field(default_factory=dict)
     handles: frozenset[str] | None = None
-    usage: Mapping[str, Any] | None = None
     # How the node did it (Dify's process_data): e.g. the LLM node's resolved
     # first-token budget and which route answered. Not a variable.
     process_data: Mapping[str, Any] | None = None
@@ -169,12 +169,18 @@ def to_text(value: Any) -> str:
     return str(value)
 
 
-def render_selectors(template: str, variables: VariableReader) -> str:
-    """Replace every `{{#node.var#}}` with its value; a missing value renders empty."""
-    parts: list[str] = []
+def render_selectors(
+    template: str, variables: VariableReader, budget: TextBudget | None = None
+) -> str:
+    """Replace every `{{#node.var#}}` with its value; a missing value renders empty.
+
+    The text is capped while it is built (`nodes.rendering`); pass `budget` to
+    count several renders against one cap (the messages of one prompt).
+    """
+    text = TextBuilder(budget)
     for segment in parse_template(template):
         if isinstance(segment, TextSegment):
-            parts.append(segment.text)
+            text.add(segment.text)
         else:
-            parts.append(to_text(variables.get(segment.selector)))
-    return "".join(parts)
+            text.add(to_text(variables.get(segment.selector)))
+    return text.text()

@@ -30,14 +30,16 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from nodes.base import NodeRunError
 from nodes.jinja_triage import inline_reason
+from nodes.rendering import MAX_RENDERED_CHARS, TextBuilder, too_long
 from nodes.values import jsonable
 from sandbox.errors import CodeExecutionError
 
 if TYPE_CHECKING:
     from sandbox.executor import Cancellable, CodeExecutor
 
-# Dify caps template output; an unbounded template can exhaust memory.
-MAX_OUTPUT_CHARS = 400_000
+# Dify caps template output; an unbounded template can exhaust memory. The cap
+# and its check are the ones every rendered text has (nodes/rendering.py).
+MAX_OUTPUT_CHARS = MAX_RENDERED_CHARS
 # CPU time an inline render may take before it moves to the sandbox.
 INLINE_CPU_S = 0.05
 _TICKS_PER_CHECK = 256
@@ -142,15 +144,11 @@ def render_jinja(
 
 def _render_inline(template: Template, variables: Mapping[str, Any]) -> str:
     _current.budget = _Budget(INLINE_CPU_S)
+    text = TextBuilder()
     try:
-        parts: list[str] = []
-        size = 0
-        for piece in template.generate(**variables):
-            size += len(piece)
-            if size > MAX_OUTPUT_CHARS:
-                raise NodeRunError("dsl.node.templateTooLong", size=size, limit=MAX_OUTPUT_CHARS)
-            parts.append(piece)
-        return "".join(parts)
+        for piece in template.generate(**variables):  # checked while produced
+            text.add(piece)
+        return text.text()
     except TemplateError as exc:
         raise NodeRunError("dsl.node.templateError", detail=str(exc)) from exc
     finally:
@@ -195,9 +193,7 @@ def _template_error(exc: CodeExecutionError) -> Exception:
         error = type(exc)(_SANDBOX_TO_TEMPLATE[key], **exc.params)
         return error
     if key == "errors.code.textLimit":
-        return NodeRunError(
-            "dsl.node.templateTooLong", size=f"> {MAX_OUTPUT_CHARS}", limit=MAX_OUTPUT_CHARS
-        )
+        return too_long(int(exc.params.get("size") or MAX_OUTPUT_CHARS + 1), MAX_OUTPUT_CHARS)
     if key in ("errors.code.exception", "errors.code.exceptionAtLine"):
         return NodeRunError("dsl.node.templateError", detail=str(exc.params.get("message", "")))
     return exc

@@ -27,12 +27,13 @@ from nodes.config import (
     DslModel,
     Milliseconds,
     SelectorField,
-    _as_int,
     dsl_error,
     shown,
 )
 from nodes.jinja import render_jinja
+from nodes.rendering import TextBudget
 from nodes.selectors import Selector, template_selectors
+from plugin_daemon_client.durations import DurationError, parse_duration
 
 if TYPE_CHECKING:
     from plugin_daemon_client.first_token_budget import ResolvedBudget
@@ -76,22 +77,18 @@ class ContextConfig(DslModel):
     variable_selector: SelectorField | None = None
 
 
-AUTO = "auto"
-
-
 def _first_token_ms(value: Any) -> int | None:
     """Empty or "auto": None (the budget grows with the prompt); 0 disables it."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", AUTO)):
-        return None
-    number = _as_int(value)
-    if number is None or number < 0:
+    try:
+        number = parse_duration(value, whole=True)
+    except DurationError:
         raise dsl_error(
             "dsl.firstTokenMilliseconds",
             'must be a whole number of milliseconds, "auto" or empty (then the budget grows '
             "with the prompt; 0 disables it), got {got}",
             got=shown(value),
-        )
-    return number
+        ) from None
+    return None if number is None else int(number)
 
 
 FirstTokenMilliseconds = Annotated[int | None, BeforeValidator(_first_token_ms)]
@@ -171,22 +168,34 @@ def build_messages(
     executor: CodeExecutor | None = None,
     cancel: Cancellable | None = None,
 ) -> list[dict[str, str]]:
+    """The prompt's messages, rendered against one cap for the whole prompt.
+
+    The context (`{{#context#}}`) goes in as text: a retrieved document that
+    contains `{{#env.SECRET#}}` is not a template and does not pull variables in.
+    Jinja2 messages that need it render in the code sandbox (`executor`).
+    """
     context = ""
     if data.context.enabled and data.context.variable_selector:
         context = _context_text(variables.get(data.context.variable_selector))
     jinja_values = {
         v.variable: variables.get(v.value_selector) for v in data.prompt_config.jinja2_variables
     }
+    budget = TextBudget()
     messages: list[dict[str, str]] = []
     for message in data.messages:
         if message.edition_type == "jinja2":
             content = render_jinja(
                 message.jinja2_text or "", jinja_values, executor=executor, cancel=cancel
             )
+            budget.charge(len(content))
         else:
-            content = render_selectors(
-                message.text.replace(CONTEXT_PLACEHOLDER, context), variables
-            )
+            pieces: list[str] = []
+            for index, part in enumerate(message.text.split(CONTEXT_PLACEHOLDER)):
+                if index:
+                    budget.charge(len(context))
+                    pieces.append(context)
+                pieces.append(render_selectors(part, variables, budget))
+            content = "".join(pieces)
         role = "user" if data.model.mode == "completion" else message.role
         messages.append({"role": role, "content": content})
     if not messages:
@@ -394,6 +403,5 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     usage = _usage_dict(reply.usage)
     return NodeResult(
         outputs={"text": reply.text, "usage": usage, "finish_reason": reply.finish_reason},
-        usage=usage,
         process_data=_process_data(call, budgets, answered),
     )

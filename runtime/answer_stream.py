@@ -9,9 +9,11 @@ fail-branch does not (streaming keeps working with fail-branch enabled).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from nodes.base import SUCCESS_HANDLE, to_text
+from nodes.rendering import MAX_RENDERED_CHARS
 from nodes.selectors import Segment, TextSegment, VariableSegment, parse_template
 from runtime.graph import Graph
 from runtime.scheduler import EdgeState, NodeState, Scheduler
@@ -65,6 +67,7 @@ class AnswerStreamer:
         self.scheduler = scheduler
         self.pool = pool
         self.targets = {t.node_id: t for t in _targets(graph)}
+        self.streamed: dict[str, int] = {}  # target -> characters streamed so far
 
     def _llm_text_source(self, segment: Segment) -> str | None:
         if isinstance(segment, VariableSegment) and segment.selector[1:] == ("text",):
@@ -74,6 +77,9 @@ class AnswerStreamer:
         return None
 
     def on_chunk(self, source: str, attempt: int, text: str) -> list[Piece]:
+        return self._capped(self._on_chunk(source, attempt, text))
+
+    def _on_chunk(self, source: str, attempt: int, text: str) -> list[Piece]:
         pieces: list[Piece] = []
         for target in self.targets.values():
             if target.done:
@@ -94,7 +100,7 @@ class AnswerStreamer:
         pieces: list[Piece] = []
         for target in self.targets.values():
             pieces.extend(self._advance(target))
-        return pieces
+        return self._capped(pieces)
 
     def finish(self, target_id: str) -> list[Piece]:
         """The target node itself ran: emit whatever it has not streamed yet."""
@@ -103,7 +109,21 @@ class AnswerStreamer:
             return []
         pieces = self._advance(target, force=True)
         target.done = True
-        return pieces
+        return self._capped(pieces)
+
+    def _capped(self, pieces: list[Piece]) -> list[Piece]:
+        """What a target streams stops at the rendering cap (`nodes.rendering`);
+        the node's own render then fails with the cap's error."""
+        kept: list[Piece] = []
+        for piece in pieces:
+            room = MAX_RENDERED_CHARS - self.streamed.get(piece.target_id, 0)
+            if room <= 0:
+                continue
+            if len(piece.text) > room:
+                piece = dataclasses.replace(piece, text=piece.text[:room])
+            self.streamed[piece.target_id] = self.streamed.get(piece.target_id, 0) + len(piece.text)
+            kept.append(piece)
+        return kept
 
     def _advance(self, target: _Target, force: bool = False) -> list[Piece]:
         pieces: list[Piece] = []
