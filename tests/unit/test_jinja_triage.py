@@ -92,30 +92,25 @@ def test_output_is_capped_while_it_is_produced(monkeypatch: pytest.MonkeyPatch) 
 )
 def test_an_endless_inline_loop_is_stopped_by_its_cpu_budget(source: str) -> None:
     assert compile_template(source).isolate_because is None
-    outcome: list[BaseException] = []
-
-    def render() -> None:
-        try:
-            render_jinja(source, {"items": list(range(100000))})
-        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
-            outcome.append(exc)
-
-    worker = threading.Thread(target=render, daemon=True)
-    worker.start()
-    worker.join(30)
-    assert not worker.is_alive(), "the render was not stopped"
     # Out of inline budget, it would move to the sandbox; there is none here.
-    assert isinstance(outcome[0], NodeRunError)
-    assert outcome[0].message_key == "errors.template.noSandbox"
+    error = stopped_render(source, {"items": list(range(100000))})
+    assert isinstance(error, NodeRunError)
+    assert error.message_key == "errors.template.noSandbox"
 
 
 def test_filtered_loops_tick_on_every_item_they_skip() -> None:
     source = "{% for a in text %}{% for b in text if b == '!' %}{{ b }}{% endfor %}{% endfor %}"
+    error = stopped_render(source, {"text": "x" * 200_000})
+    assert getattr(error, "message_key", "") == "errors.template.noSandbox"
+
+
+def stopped_render(source: str, values: dict[str, object]) -> BaseException | None:
+    """Render in a thread; fail (not hang) when the render is not stopped in time."""
     outcome: list[BaseException] = []
 
     def render() -> None:
         try:
-            render_jinja(source, {"text": "x" * 200_000})
+            render_jinja(source, values)
         except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
             outcome.append(exc)
 
@@ -123,7 +118,7 @@ def test_filtered_loops_tick_on_every_item_they_skip() -> None:
     worker.start()
     worker.join(30)
     assert not worker.is_alive(), "the render was not stopped"
-    assert getattr(outcome[0], "message_key", "") == "errors.template.noSandbox"
+    return outcome[0] if outcome else None
 
 
 def test_a_syntax_error_is_a_template_error() -> None:
