@@ -84,6 +84,10 @@ def selectors(data: Data) -> list[Selector]:
     return found
 
 
+def model_providers(data: Data) -> set[str]:
+    return {data.model.provider}
+
+
 def output_names(data: Data) -> set[str]:
     return {"text", "usage", "finish_reason"}
 

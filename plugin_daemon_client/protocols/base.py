@@ -101,6 +101,10 @@ class WireProtocol(ABC):
     # The liveness probe a route of this protocol gets by default: `auto` where
     # the server doing the work answers the probe, `off` where it cannot.
     default_probe: ClassVar[str] = "auto"
+    # Whether a route of this protocol takes a JSON schema as the response format
+    # by default (a route's `json_schema` setting overrides it): where it does not,
+    # a schema goes into the prompt.
+    default_json_schema: ClassVar[bool] = True
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint

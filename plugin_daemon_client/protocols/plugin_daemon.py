@@ -29,6 +29,9 @@ class PluginDaemon(WireProtocol):
     kind = "plugin-daemon"
     # The daemon's host is not the server doing the work: a probe cannot see it.
     default_probe = "off"
+    # Whether a model plugin takes a schema depends on the model: Dify asks
+    # the model's schema; a route that knows says `json_schema: true`.
+    default_json_schema = False
 
     def __init__(self, endpoint: Endpoint) -> None:
         if not endpoint.tenant_id:

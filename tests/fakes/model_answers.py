@@ -11,6 +11,7 @@ extractor sharing one server).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -221,3 +222,22 @@ def has_tool_results(count: int) -> Callable[[RecordedRequest], bool]:
         return sum(1 for m in messages if m.get("role") == "tool") == count
 
     return test
+
+
+def in_turn(*scenarios: Scenario) -> Scenario:
+    """The N-th model request gets the N-th scenario (the last one repeats);
+    a probe's GET is not a model request and is answered 404."""
+    lock = threading.Lock()
+    served = [0]
+
+    def run(conn: Conn) -> None:
+        if conn.request.method != "POST":
+            conn.send_headers(status=404, content_type="text/plain")
+            conn.end()
+            return
+        with lock:
+            index = min(served[0], len(scenarios) - 1)
+            served[0] += 1
+        scenarios[index](conn)
+
+    return run
