@@ -38,6 +38,7 @@ from plugin_daemon_client.durations import DurationError, parse_duration
 if TYPE_CHECKING:
     from plugin_daemon_client.first_token_budget import ResolvedBudget
     from plugin_daemon_client.gate import Gate, WaitInfo
+    from sandbox.executor import Cancellable, CodeExecutor
 
 TYPE = "llm"
 SUPPORTS_RETRY = True
@@ -169,11 +170,17 @@ def _context_text(value: Any) -> str:
     return to_text(value)
 
 
-def build_messages(data: Data, variables: VariableReader) -> list[dict[str, str]]:
+def build_messages(
+    data: Data,
+    variables: VariableReader,
+    executor: CodeExecutor | None = None,
+    cancel: Cancellable | None = None,
+) -> list[dict[str, str]]:
     """The prompt's messages, rendered against one cap for the whole prompt.
 
     The context (`{{#context#}}`) goes in as text: a retrieved document that
     contains `{{#env.SECRET#}}` is not a template and does not pull variables in.
+    Jinja2 messages that need it render in the code sandbox (`executor`).
     """
     context = ""
     if data.context.enabled and data.context.variable_selector:
@@ -185,7 +192,9 @@ def build_messages(data: Data, variables: VariableReader) -> list[dict[str, str]
     messages: list[dict[str, str]] = []
     for message in data.messages:
         if message.edition_type == "jinja2":
-            content = render_jinja(message.jinja2_text or "", jinja_values)
+            content = render_jinja(
+                message.jinja2_text or "", jinja_values, executor=executor, cancel=cancel
+            )
             budget.charge(len(content))
         else:
             pieces: list[str] = []
@@ -387,7 +396,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
 
     if ctx.clients is None:
         raise NodeRunError("dsl.node.noModelRoute")
-    messages = build_messages(data, ctx.variables)
+    messages = build_messages(data, ctx.variables, ctx.code_executor, ctx.cancel)
     parameters, stop = model_parameters(data)
     plan = plan_for(ctx.clients, data.model.provider)
     call = _Call(data, ctx, messages, parameters, stop, estimate_prompt_tokens(messages))
