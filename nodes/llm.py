@@ -17,7 +17,7 @@ from nodes.base import (
     to_text,
 )
 from nodes.config import BaseNodeData, DslModel, SelectorField
-from nodes.jinja import render_jinja
+from nodes.jinja import checked_template, render_jinja
 from nodes.model_call import Invocation, ModelConfig, call_model, move_legacy_gate_params
 from nodes.rendering import TextBudget
 from nodes.selectors import Selector, template_selectors
@@ -37,6 +37,14 @@ class PromptMessage(DslModel):
     text: str = ""
     edition_type: Literal["basic", "jinja2"] = "basic"
     jinja2_text: str | None = None
+
+    @model_validator(mode="after")
+    def _jinja_compiles(self) -> PromptMessage:
+        # Checked only where it is used: the editor keeps a stale jinja2_text
+        # around when a message is switched back to basic.
+        if self.edition_type == "jinja2":
+            checked_template(self.jinja2_text or "")
+        return self
 
 
 class Jinja2Variable(DslModel):
