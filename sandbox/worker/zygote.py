@@ -364,19 +364,21 @@ def run_one(
 
 def serve(sock: socket.socket, config: dict[str, Any]) -> int:
     max_frame = int(config["max_frame_bytes"])
-    # Two forked ahead: the one after next confines itself while the next job runs,
-    # so back-to-back jobs never wait for a fork.
-    warm = deque(fork_warm(sock, config) for _ in range(WARM_AHEAD))
+    # Job processes forked ahead; replenished and reaped only while no job waits,
+    # so a job never queues behind a fork or a teardown that could wait.
+    warm: deque[Child] = deque()
     dying: list[Child] = []  # killed job processes, reaped while idle
     try:
         while True:
-            _tidy(sock, dying)
+            _idle_work(sock, config, warm, dying)
             try:
                 job = framing.receive(sock, max_frame)
             except framing.FrameError:
                 return 0  # the runtime went away (or spoke nonsense): stop
             if not isinstance(job, dict) or "language" not in job or "cancel" in job:
                 continue  # a cancel that arrived after its job ended
+            if not warm:
+                warm.append(fork_warm(sock, config))
             answer, gone, used_warm = run_one(sock, config, warm[0], job)
             answer["id"] = job.get("id")
             try:
@@ -389,19 +391,24 @@ def serve(sock: socket.socket, config: dict[str, Any]) -> int:
                 used = warm.popleft()
                 kill(used.pid)
                 dying.append(used)
-                warm.append(fork_warm(sock, config))
     finally:
         for child in [*warm, *dying]:
             cleanup(child)
 
 
-def _tidy(sock: socket.socket, dying: list[Child]) -> None:
-    """Reap finished job processes and remove their directories while no job waits
-    (a dying process takes milliseconds to tear down: off the next job's path)."""
-    while dying:
+def _idle_work(
+    sock: socket.socket, config: dict[str, Any], warm: deque[Child], dying: list[Child]
+) -> None:
+    """Fork job processes ahead (up to WARM_AHEAD) and reap finished ones (their
+    teardown takes milliseconds), one step at a time, until a job arrives; a
+    backlog of more than a few dying processes is reaped regardless."""
+    while len(warm) < WARM_AHEAD or dying:
         if len(dying) <= 4 and select.select([sock], [], [], 0)[0]:
             return
-        cleanup(dying.pop(0))
+        if len(warm) < WARM_AHEAD:
+            warm.append(fork_warm(sock, config))
+        else:
+            cleanup(dying.pop(0))
 
 
 def main() -> int:
