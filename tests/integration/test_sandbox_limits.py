@@ -26,7 +26,7 @@ from sandbox.errors import (
     CodeTimeoutError,
 )
 from sandbox.process_pool import ProcessSandbox
-from tests.integration.sandbox_support import HAS_NODE, SMALL, small_sandbox
+from tests.integration.sandbox_support import CPU_BOUND, HAS_NODE, SMALL, small_sandbox
 
 ADD = "def main(a: int) -> dict:\n    return {'b': a + 1}\n"
 
@@ -50,11 +50,12 @@ def test_a_plain_job_runs_and_reports_its_isolation(pool: ProcessSandbox) -> Non
         assert isolation["capabilities_dropped"] is True
 
 
-def test_infinite_loop_hits_the_cpu_limit(pool: ProcessSandbox) -> None:
-    with pytest.raises(CodeTimeoutError) as caught:
-        pool.execute("python3", "def main():\n    while True:\n        pass\n", {})
-    assert caught.value.message_key == "errors.code.cpuLimit"
-    still_runs(pool)
+def test_infinite_loop_hits_the_cpu_limit() -> None:
+    with small_sandbox(workers=1, limits=CPU_BOUND) as pool:
+        with pytest.raises(CodeTimeoutError) as caught:
+            pool.execute("python3", "def main():\n    while True:\n        pass\n", {})
+        assert caught.value.message_key == "errors.code.cpuLimit"
+        still_runs(pool)
 
 
 def test_sleeping_job_hits_the_wall_clock_timeout(pool: ProcessSandbox) -> None:

@@ -13,7 +13,7 @@ from runtime import events as ev
 from runtime import load_workflow
 from sandbox.errors import CodeResourceLimitError, CodeTimeoutError
 from sandbox.process_pool import ProcessSandbox
-from tests.integration.sandbox_support import small_sandbox
+from tests.integration.sandbox_support import CPU_BOUND, small_sandbox
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +26,10 @@ ENDLESS = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{
 GIGABYTE = "{{ 'x' * 1000000000 }}"
 
 
-def test_endless_template_moves_to_the_sandbox_and_hits_its_cpu_limit(pool: ProcessSandbox) -> None:
-    with pytest.raises(CodeTimeoutError) as caught:
-        render_jinja(ENDLESS, {}, executor=pool)
+def test_endless_template_moves_to_the_sandbox_and_hits_its_cpu_limit() -> None:
+    with small_sandbox(workers=1, limits=CPU_BOUND) as pool:
+        with pytest.raises(CodeTimeoutError) as caught:
+            render_jinja(ENDLESS, {}, executor=pool)
     assert caught.value.message_key == "errors.template.cpuLimit"
 
 
