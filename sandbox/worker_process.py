@@ -283,11 +283,9 @@ class WorkerProcess:
         deadline = time.monotonic() + limits.wall_s
         try:
             answer = framing.receive(channel.sock, limits.output_bytes, deadline)
-        except framing.FrameTimeout:
-            channel.kill()
+        except framing.FrameTimeout:  # the release that follows ends the process
             return {"status": "error", "kind": "timeout", "limit": limits.wall_s}
         except framing.FrameTooLarge:
-            channel.kill()
             return {"status": "error", "kind": "output", "limit": limits.output_bytes}
         except (framing.FrameError, OSError):
             return None

@@ -58,7 +58,19 @@ def test_infinite_loop_hits_the_cpu_limit() -> None:
         still_runs(pool)
 
 
-def test_sleeping_job_hits_the_wall_clock_timeout(pool: ProcessSandbox) -> None:
+def test_sleeping_job_hits_the_wall_clock_timeout(
+    pool: ProcessSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox.worker_process import WorkerProcess
+
+    released: list[int] = []
+    real_release = WorkerProcess._release
+
+    def recording(self: WorkerProcess, channel: object) -> None:
+        released.append(channel.pid)  # type: ignore[attr-defined]
+        real_release(self, channel)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(WorkerProcess, "_release", recording)
     code = "import time\ndef main():\n    time.sleep(60)\n"
     workers = {w.pid for w in pool._workers}
     started = time.monotonic()
@@ -66,9 +78,17 @@ def test_sleeping_job_hits_the_wall_clock_timeout(pool: ProcessSandbox) -> None:
         pool.execute("python3", code, {})
     assert caught.value.message_key == "errors.code.timeout"
     assert time.monotonic() - started < 30  # the timeout, not the sleep, ended it
-    # The worker ended the job itself; the runtime did not have to give up on it.
+    # The job's process was ended; the worker itself is fine and stays.
     assert {w.pid for w in pool._workers} == workers
     still_runs(pool)
+    for _ in range(100):
+        try:
+            os.kill(released[0], 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the timed-out job's process is still there")
 
 
 def test_fork_bomb_cannot_start_a_single_process(pool: ProcessSandbox) -> None:
@@ -574,7 +594,7 @@ pool = ProcessSandbox(ProcessSandboxConfig(workers=1, limits=SandboxLimits(wall_
 pool.start()
 (worker,) = list(pool._workers)
 threading.Thread(target=pool.execute, args=("python3", "import time\\ndef main():\\n    time.sleep(100)\\n", {}), daemon=True).start()
-time.sleep(0.5)
+time.sleep(2)  # the worker has forked ahead and waits for requests
 print(worker.pid, flush=True)
 os._exit(1)  # no clean-up of any kind
 """
