@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from plugin_daemon_client.gate import Probe, WaitInfo
     from sandbox.executor import CodeExecutor
 
+# In a node's `output_names`: it may also set outputs not known at load time
+# (a plugin tool's variables), so selectors into it are checked when it runs.
+ANY_OUTPUT = "*"
+
 # Edge handles. Success edges are `source`; Dify's older exports say `success-branch`.
 SUCCESS_HANDLE = "source"
 LEGACY_SUCCESS_HANDLE = "success-branch"

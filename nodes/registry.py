@@ -9,6 +9,7 @@ from types import ModuleType
 from nodes import (
     answer,
     code,
+    document_extractor,
     end,
     http_request,
     if_else,
@@ -16,6 +17,7 @@ from nodes import (
     llm,
     start,
     template_transform,
+    tool,
     variable_aggregator,
 )
 from nodes.base import SUCCESS_HANDLE, NodeContext, NodeResult
@@ -63,5 +65,7 @@ NODE_TYPES: dict[str, NodeSpec] = {
         http_request,
         code,
         knowledge_retrieval,
+        tool,
+        document_extractor,
     )
 }
