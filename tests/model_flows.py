@@ -92,7 +92,38 @@ CLASSIFIER = ModelNode(
     branch_defaults=({"key": "class_id", "type": "string", "value": "c2"},),
 )
 
-NODES = [CLASSIFIER]
+
+def extractor_data(mode: str = "prompt") -> dict[str, Any]:
+    return {
+        "type": "parameter-extractor",
+        "title": "Extract",
+        "model": dict(MODEL),
+        "query": ["start", "q"],
+        "reasoning_mode": mode,
+        "instruction": "",
+        "parameters": [
+            {"name": "city", "type": "string", "description": "the city", "required": True},
+            {"name": "nights", "type": "number", "description": "how many nights"},
+        ],
+    }
+
+
+EXTRACTOR = ModelNode(
+    "parameter-extractor",
+    extractor_data,
+    lambda: ma.answer('{"city": "Lyon", "nights": 2}'),
+    "city",
+    "Lyon",
+)
+EXTRACTOR_FUNCTION_CALL = ModelNode(
+    "parameter-extractor/function_call",
+    lambda: extractor_data("function_call"),
+    lambda: ma.answer("", [ma.Call("extract_parameters", {"city": "Lyon", "nights": 2})]),
+    "city",
+    "Lyon",
+)
+
+NODES = [CLASSIFIER, EXTRACTOR, EXTRACTOR_FUNCTION_CALL]
 
 
 def around(node: ModelNode, **extra: Any) -> dict[str, Any]:
