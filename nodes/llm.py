@@ -16,11 +16,12 @@ from nodes.base import (
     render_selectors,
     to_text,
 )
-from nodes.config import BaseNodeData, DslModel, SelectorField
+from nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error
 from nodes.jinja import checked_template, render_jinja
 from nodes.model_call import Invocation, ModelConfig, call_model, move_legacy_gate_params
 from nodes.rendering import TextBudget
 from nodes.selectors import Selector, template_selectors
+from nodes.structured_output import parse_and_validate, schema_problem
 from plugin_daemon_client.invoke import ModelRequest
 
 if TYPE_CHECKING:
@@ -61,6 +62,10 @@ class ContextConfig(DslModel):
     variable_selector: SelectorField | None = None
 
 
+class StructuredOutput(DslModel):
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+
+
 class Data(BaseNodeData):
     model: ModelConfig
     # Chat mode: a list of messages; completion mode: one `{text}` object.
@@ -68,12 +73,45 @@ class Data(BaseNodeData):
     prompt_config: PromptConfig = Field(default_factory=PromptConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
     invocation: Invocation = Field(default_factory=Invocation)
+    # Dify writes `structured_output_enabled`; graphon calls it `structured_output_switch_on`.
+    structured_output_enabled: bool = False
+    structured_output: StructuredOutput | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _legacy_gate_params(cls, raw: Any) -> Any:
         """Move gate keys out of completion_params; `invocation` wins over them."""
-        return move_legacy_gate_params(raw)
+        raw = move_legacy_gate_params(raw)
+        if isinstance(raw, dict) and "structured_output_switch_on" in raw:
+            raw = dict(raw)
+            switch = raw.pop("structured_output_switch_on")
+            raw.setdefault("structured_output_enabled", switch)
+        return raw
+
+    @model_validator(mode="after")
+    def _schema_usable(self) -> Data:
+        if not self.structured_output_enabled:
+            return self
+        schema = self.structured_output.schema_ if self.structured_output else None
+        if schema is None:
+            raise dsl_error(
+                "dsl.llm.structuredNoSchema", "structured output is on but there is no schema"
+            )
+        problem = schema_problem(schema)
+        if problem is not None:
+            raise dsl_error(
+                "dsl.llm.structuredSchema",
+                "the structured output schema is not valid JSON Schema: {detail}",
+                detail=problem,
+            )
+        return self
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON schema the answer must match, when structured output is on."""
+        if not self.structured_output_enabled or self.structured_output is None:
+            return None
+        return self.structured_output.schema_
 
     @property
     def messages(self) -> list[PromptMessage]:
@@ -97,7 +135,8 @@ def model_providers(data: Data) -> set[str]:
 
 
 def output_names(data: Data) -> set[str]:
-    return {"text", "usage", "finish_reason"}
+    names = {"text", "usage", "finish_reason"}
+    return names | {"structured_output"} if data.output_schema is not None else names
 
 
 def _context_text(value: Any) -> str:
@@ -154,15 +193,24 @@ def build_messages(
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     messages = build_messages(data, ctx.variables, ctx.code_executor, ctx.cancel)
     parameters, stop = data.model.parameters()
+    schema = data.output_schema
     request = ModelRequest(
-        data.model.name, messages, parameters, stop, budgets=data.invocation.budgets()
+        data.model.name,
+        messages,
+        parameters,
+        stop,
+        # The answer's shape: the response format where the route takes a
+        # schema (a grammar on llama-server), else an instruction in the prompt.
+        json_schema=schema,
+        schema_in_prompt=True,
+        budgets=data.invocation.budgets(),
     )
     reply = call_model(ctx, data.model.provider, request, stream_text=True)
-    return NodeResult(
-        outputs={
-            "text": reply.text,
-            "usage": reply.usage_dict(),
-            "finish_reason": reply.finish_reason,
-        },
-        process_data=reply.process_data(),
-    )
+    outputs: dict[str, Any] = {
+        "text": reply.text,
+        "usage": reply.usage_dict(),
+        "finish_reason": reply.finish_reason,
+    }
+    if schema is not None:
+        outputs["structured_output"] = parse_and_validate(schema, reply.text)
+    return NodeResult(outputs=outputs, process_data=reply.process_data())
