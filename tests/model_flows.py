@@ -123,7 +123,33 @@ EXTRACTOR_FUNCTION_CALL = ModelNode(
     "Lyon",
 )
 
-NODES = [CLASSIFIER, EXTRACTOR, EXTRACTOR_FUNCTION_CALL]
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+}
+
+
+def structured_llm_data() -> dict[str, Any]:
+    return {
+        "type": "llm",
+        "title": "Answer",
+        "model": dict(MODEL),
+        "prompt_template": [{"role": "user", "text": "{{#start.q#}}"}],
+        "structured_output_enabled": True,
+        "structured_output": {"schema": CITY_SCHEMA},
+    }
+
+
+STRUCTURED_LLM = ModelNode(
+    "llm/structured-output",
+    structured_llm_data,
+    lambda: ma.answer('{"city": "Lyon"}'),
+    "text",
+    '{"city": "Lyon"}',
+)
+
+NODES = [CLASSIFIER, EXTRACTOR, EXTRACTOR_FUNCTION_CALL, STRUCTURED_LLM]
 
 
 def around(node: ModelNode, **extra: Any) -> dict[str, Any]:
