@@ -10,12 +10,12 @@ import yaml
 from pydantic import ValidationError
 
 from nodes.base import FAIL_HANDLE
-from nodes.registry import NODE_TYPES
+from nodes.registry import CONTAINER_PARTS, KNOWN_UNSUPPORTED, NODE_TYPES
 from runtime.dsl_models import Document, Edge, RawNode
 from runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
 from runtime.problems import DslError, NodeRef, Problem, problems_from_validation
-from runtime.variable_pool import SYS_VARIABLES
-from runtime.workflow import Workflow
+from runtime.variable_pool import SYS_VARIABLES, USER_INPUT, USER_INPUT_VARIABLES
+from runtime.workflow import Workflow, declarations
 
 # Nodes the editor draws that are not part of the flow (sticky notes).
 _DECORATIVE_NODE_TYPES = {"custom-note"}
@@ -78,9 +78,10 @@ class _Loader:
                 Problem("dsl.graph.cycle", {"cycle": " -> ".join(_label(nodes[n]) for n in cycle)})
             )
         env = {v.name: v.value for v in document.workflow.environment_variables}
+        conversation = {v.name for v in document.workflow.conversation_variables}
         if start_id is not None and not cycle:
             graph = Graph(nodes=nodes, edges=edges, start_id=start_id)
-            self._selectors(graph, env)
+            self._selectors(graph, env, conversation)
         if self.problems:
             raise DslError(self.problems)
         assert start_id is not None
@@ -88,7 +89,7 @@ class _Loader:
             name=document.app.name,
             mode=document.app.mode,
             graph=Graph(nodes=nodes, edges=edges, start_id=start_id),
-            environment=env,
+            **declarations(document),
         )
 
     def _nodes(self, raw_nodes: list[dict[str, Any]]) -> dict[str, NodeDef]:
@@ -104,6 +105,8 @@ class _Loader:
             if node.type in _DECORATIVE_NODE_TYPES:
                 continue
             node_type = str(node.data.get("type", ""))
+            if node_type in CONTAINER_PARTS:
+                continue  # part of an iteration or loop: the container is judged as a whole
             ref = NodeRef(node.id, str(node.data.get("title", "")), node_type or "?")
             if node.id in nodes:
                 self.problems.append(Problem("dsl.node.duplicateId", {}, ref))
@@ -111,16 +114,7 @@ class _Loader:
             spec = NODE_TYPES.get(node_type)
             if spec is None:
                 self.broken.add(node.id)
-                self.problems.append(
-                    Problem(
-                        "dsl.node.unknownType",
-                        {
-                            "type": node_type or "(missing)",
-                            "supported": ", ".join(sorted(NODE_TYPES)),
-                        },
-                        ref,
-                    )
-                )
+                self.problems.append(_unsupported(node_type, ref))
                 continue
             try:
                 data = spec.data_model.model_validate(node.data)
@@ -128,7 +122,7 @@ class _Loader:
                 self.problems.extend(problems_from_validation(exc, ref))
                 self.broken.add(node.id)
                 continue
-            nodes[node.id] = NodeDef(node.id, data.title, node_type, spec, data)
+            nodes[node.id] = NodeDef(node.id, data.title, node_type, spec, data, spec.needs(data))
         return nodes
 
     def _edges(self, raw_edges: list[dict[str, Any]], nodes: dict[str, NodeDef]) -> list[EdgeDef]:
@@ -190,7 +184,7 @@ class _Loader:
             )
         return starts[0].id
 
-    def _selectors(self, graph: Graph, env: dict[str, Any]) -> None:
+    def _selectors(self, graph: Graph, env: dict[str, Any], conversation: set[str]) -> None:
         for node in graph.nodes.values():
             ancestors = graph.ancestors(node.id)
             for selector in node.spec.selectors(node.data):
@@ -198,9 +192,27 @@ class _Loader:
                     continue
                 # With broken nodes or edges left out, ancestry is incomplete: don't guess.
                 upstream = None if self.broken or self.dropped_edges else ancestors
-                problem = _check_selector(selector, node, graph, upstream, env)
+                problem = _check_selector(selector, node, graph, upstream, env, conversation)
                 if problem:
                     self.problems.append(problem)
+            for selector in sorted(node.needs.writes):
+                if selector[0] != "conversation":
+                    self.problems.append(
+                        Problem(
+                            "dsl.selector.notWritable", {"selector": ".".join(selector)}, _ref(node)
+                        )
+                    )
+
+
+def _unsupported(node_type: str, ref: NodeRef) -> Problem:
+    """One problem per node of a type this runtime does not run, naming type and node."""
+    if node_type in KNOWN_UNSUPPORTED:
+        return Problem("dsl.node.unsupportedType", {"type": node_type}, ref)
+    return Problem(
+        "dsl.node.unknownType",
+        {"type": node_type or "(missing)", "supported": ", ".join(sorted(NODE_TYPES))},
+        ref,
+    )
 
 
 def _ref(node: NodeDef) -> NodeRef:
@@ -225,9 +237,22 @@ def _check_selector(
     graph: Graph,
     ancestors: set[str] | None,
     env: dict[str, Any],
+    conversation: set[str],
 ) -> Problem | None:
     head, name = selector[0], selector[1]
     text = ".".join(selector)
+    if head == USER_INPUT:
+        if name not in USER_INPUT_VARIABLES:
+            return Problem(
+                "dsl.selector.unknownSys",
+                {"selector": text, "supported": ", ".join(sorted(USER_INPUT_VARIABLES))},
+                _ref(node),
+            )
+        return None
+    if head == "conversation":
+        if name not in conversation:
+            return Problem("dsl.selector.unknownConversation", {"selector": text}, _ref(node))
+        return None
     if head == "sys":
         if name not in SYS_VARIABLES:
             return Problem(

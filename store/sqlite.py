@@ -217,7 +217,12 @@ class SQLiteStore(Store):
                 known=len(migrations),
             )
         for version in range(current + 1, len(migrations) + 1):
-            with self._transaction():
+            with self._transaction() as db:
+                # Another process may have applied it since we looked: the write
+                # lock is ours now, so this second look is the one that counts.
+                (applied,) = db.execute("SELECT version FROM schema_version").fetchone()
+                if applied >= version:
+                    continue
                 for statement in _statements(migrations[version - 1]):
                     self._db.execute(statement)
                 self._db.execute("UPDATE schema_version SET version = ?", (version,))

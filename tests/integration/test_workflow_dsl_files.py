@@ -113,11 +113,18 @@ def test_retry_config_message_names_node_title_type_field_and_value(tmp_path: Pa
     ]
 
 
-def test_unknown_node_type_lists_supported_types(tmp_path: Path) -> None:
+def test_a_dify_node_type_not_supported_yet_is_refused_by_name(tmp_path: Path) -> None:
     doc = copy.deepcopy(GOOD)
     doc["workflow"]["graph"]["nodes"].append({"id": "x", "data": {"type": "code", "title": "Py"}})
     (message,) = problems(tmp_path, doc)
-    assert message.startswith('node x "Py" (code): unsupported node type "code"; supported types: ')
+    assert message == 'node x "Py" (code): node type "code" is not supported yet'
+
+
+def test_unknown_node_type_lists_supported_types(tmp_path: Path) -> None:
+    doc = copy.deepcopy(GOOD)
+    doc["workflow"]["graph"]["nodes"].append({"id": "x", "data": {"type": "frob", "title": "F"}})
+    (message,) = problems(tmp_path, doc)
+    assert message.startswith('node x "F" (frob): unsupported node type "frob"; supported types: ')
     assert "if-else" in message and "template-transform" in message and "llm" in message
 
 
