@@ -15,6 +15,7 @@ from nodes.cancel import CancelToken
 from nodes.selectors import Selector
 
 if TYPE_CHECKING:
+    from connectors.hub import Connectors
     from plugin_daemon_client.fallback import BreakerBook, FallbackEvent, FallbackPolicy
     from plugin_daemon_client.gate import Probe, WaitInfo
 
@@ -165,6 +166,8 @@ class NodeContext:
     emit_fallback: Callable[[FallbackEvent], None] = _ignore_event
     clients: Clients | None = None
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    # HTTP, knowledge and tool clients, built by the runtime from its settings file.
+    connectors: Connectors | None = None
     # The conversation's earlier turns, oldest first (chatflows only).
     history: Sequence[ChatTurn] = ()
 

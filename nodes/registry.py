@@ -18,6 +18,7 @@ from nodes import (
     answer,
     assigner,
     end,
+    http_request,
     if_else,
     llm,
     start,
@@ -81,6 +82,7 @@ MODULES: tuple[ModuleType, ...] = (
     template_transform,
     variable_aggregator,
     assigner,
+    http_request,
 )
 
 NODE_TYPES: dict[str, NodeSpec] = {
@@ -94,7 +96,6 @@ NODE_TYPES: dict[str, NodeSpec] = {
 KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
     {
         "code",
-        "http-request",
         "tool",
         "knowledge-retrieval",
         "question-classifier",

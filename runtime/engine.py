@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from connectors.hub import Connectors
 from nodes.base import Clients, NodeContext, Role
 from nodes.cancel import CancelToken
 from nodes.values import jsonable
@@ -95,8 +96,10 @@ class WorkflowRun:
         clients: Clients,
         limits: RunLimits,
         max_workers: int,
+        connectors: Connectors | None = None,
     ) -> None:
         self.graph = graph
+        self.connectors = connectors
         self.providers = providers  # of the LLM nodes the run can reach
         self.inputs = inputs
         self.session = session
@@ -211,6 +214,8 @@ class WorkflowRun:
             self.session.close()
             if isinstance(self.clients, RouteClients):
                 self.clients.close()
+            if self.connectors is not None:
+                self.connectors.close()
 
     def _launch(self, node_id: str, predecessor: str | None) -> Iterator[ev.Event]:
         if self.cancel.cancelled:
@@ -298,6 +303,7 @@ class WorkflowRun:
             emit_fallback=fallback,
             clients=self.clients,
             inputs=self.inputs,
+            connectors=self.connectors,
             history=self.session.history,
         )
 

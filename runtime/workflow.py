@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from connectors.hub import Connectors
 from nodes import start
 from nodes.files import FileRules
 from runtime.engine import WorkflowRun
@@ -173,6 +174,7 @@ class Workflow:
                 clients=clients,
                 limits=limits,
                 max_workers=max_workers,
+                connectors=Connectors.from_settings(settings),
             )
         except BaseException:
             session.close()

@@ -20,14 +20,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from runtime.problems import DslError, Problem, problems_from_validation
+from runtime.settings.http_request import HttpRequestSettings
+from runtime.settings.knowledge import KnowledgeSettings
 from runtime.settings.providers import ProvidersSection
+from runtime.settings.tools import ToolsSettings
 
 
 class RuntimeSettings(ProvidersSection):
     """The whole settings file. Sections: one field each (see the module docstring)."""
+
+    http_request: HttpRequestSettings = Field(default_factory=HttpRequestSettings)
+    knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
+    tools: ToolsSettings = Field(default_factory=ToolsSettings)
 
 
 def load_settings(path: str | Path) -> RuntimeSettings:

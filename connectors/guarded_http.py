@@ -1,0 +1,522 @@
+"""HTTP requests to URLs that come from a workflow: the address policy enforced at
+connect time, honest deadlines, response size caps, and a cancel that really
+unblocks the socket.
+
+- Every connection (the first request and every redirect hop) resolves the host
+  here, checks *each* resolved address with the `NetworkPolicy`, and connects to
+  the address it checked: a DNS answer that changes between check and connect
+  (rebinding) is never used. Proxies from the environment are ignored
+  (`trust_env=False`): a proxy would connect on our behalf, past the check.
+- Redirects are followed the way httpx follows them (303 becomes GET, the
+  Authorization header is dropped on a cross-origin hop), at most
+  `max_redirects` hops.
+- Connect, write and per-read timeouts are httpx's; on top, the whole exchange
+  has a total deadline, so a server that trickles one byte per read timeout is
+  cut off.
+- The body is read in chunks and counted after decoding: over the cap (text and
+  binary separately) is an error naming the limit, never a truncated body. A
+  declared Content-Length over the cap fails before the body is read.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import contextvars
+import mimetypes
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from email.message import Message
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import httpcore
+import httpx
+
+from connectors.errors import (
+    ConnectorError,
+    HttpTimeoutError,
+    HttpTransportError,
+    InvalidURLError,
+    RequestCancelledError,
+    ResponseTooLargeError,
+    TooManyRedirectsError,
+)
+from connectors.net_policy import NetworkPolicy
+
+# Dify's defaults (HTTP_REQUEST_NODE_MAX_TEXT_SIZE / _MAX_BINARY_SIZE, the
+# HTTP_REQUEST_MAX_*_TIMEOUT settings).
+DEFAULT_MAX_TEXT_BYTES = 1024 * 1024
+DEFAULT_MAX_BINARY_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_REDIRECTS = 20  # what httpx (and so Dify's ssrf_proxy) follows
+MAX_CONNECT_TIMEOUT_S = 10
+MAX_READ_TIMEOUT_S = 600
+MAX_WRITE_TIMEOUT_S = 600
+
+_SNIFF_BYTES = 1024
+_CHUNK = 64 * 1024
+
+
+class CancelLike(Protocol):
+    def attached(self, on_cancel: Callable[[str], None]) -> AbstractContextManager[None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect: float = MAX_CONNECT_TIMEOUT_S
+    read: float = MAX_READ_TIMEOUT_S
+    write: float = MAX_WRITE_TIMEOUT_S
+
+    @property
+    def total(self) -> float:
+        return self.connect + self.write + self.read
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    max_redirects: int = DEFAULT_MAX_REDIRECTS
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
+    max_binary_bytes: int = DEFAULT_MAX_BINARY_BYTES
+
+
+@dataclass(slots=True)
+class HttpReply:
+    status_code: int
+    headers: dict[str, str]
+    content: bytes
+    url: str  # the final URL (after redirects), without credentials
+    is_file: bool
+    content_type: str = ""
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    @property
+    def text(self) -> str:
+        charset = _charset(self.content_type) or "utf-8"
+        try:
+            codecs.lookup(charset)
+        except LookupError:
+            charset = "utf-8"
+        return self.content.decode(charset, errors="replace")
+
+    @property
+    def filename(self) -> str | None:
+        disposition = _disposition(self.headers.get("content-disposition", ""))
+        return disposition.get_filename() if disposition else None
+
+
+def safe_url(url: str | httpx.URL) -> str:
+    """`url` without `user:password@` and without its query (where keys travel)."""
+    try:
+        parts = urlsplit(str(url))
+    except ValueError:
+        return "(invalid URL)"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = f"{host}:{port}" if port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+# --- classification: does the body become a file? (Dify's rules) ---------------
+
+_TEXT_APPLICATION_TYPES = ("json", "xml", "javascript", "x-www-form-urlencoded", "yaml", "graphql")
+_TEXT_MARKERS = (b"{", b"[", b"<", b"function", b"var ", b"const ", b"let ")
+_FILE_MAIN_TYPES = ("application", "image", "audio", "video")
+
+
+def _disposition(value: str) -> Message | None:
+    if not value:
+        return None
+    message = Message()
+    message["content-disposition"] = value
+    return message
+
+
+def _charset(content_type: str) -> str | None:
+    message = Message()
+    message["content-type"] = content_type
+    charset = message.get_param("charset")
+    return str(charset) if isinstance(charset, str) else None
+
+
+def _decided_by_headers(headers: Mapping[str, str]) -> bool | None:
+    """True: a file; False: text; None: the first bytes decide."""
+    disposition = _disposition(headers.get("content-disposition", ""))
+    if disposition is not None and (
+        disposition.get_content_disposition() == "attachment" or disposition.get_filename()
+    ):
+        return True
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type.startswith("text/") and "csv" not in content_type:
+        return False
+    if content_type.startswith("application/"):
+        if any(kind in content_type for kind in _TEXT_APPLICATION_TYPES):
+            return False
+        return None
+    return _by_mime_type(content_type)
+
+
+def _by_mime_type(content_type: str) -> bool:
+    main_type, _ = mimetypes.guess_type("dummy" + (mimetypes.guess_extension(content_type) or ""))
+    if main_type:
+        return main_type.split("/")[0] in _FILE_MAIN_TYPES
+    return any(kind in content_type for kind in ("image/", "audio/", "video/"))
+
+
+def is_file_response(headers: Mapping[str, str], sample: bytes) -> bool:
+    """Whether Dify would turn this response into a file (`sample`: its first bytes)."""
+    decided = _decided_by_headers(headers)
+    if decided is not None:
+        return decided
+    head = sample[:_SNIFF_BYTES]
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        looks_textual = False
+    else:
+        looks_textual = any(marker in head for marker in _TEXT_MARKERS)
+    if looks_textual:
+        return False
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    return _by_mime_type(content_type)
+
+
+# --- one request's deadline and cancel, seen by the socket layer ----------------
+
+
+class _Call:
+    """The deadline and cancel state of one request, and the sockets it uses."""
+
+    def __init__(self, deadline: float, total_s: float) -> None:
+        self.deadline = deadline
+        self.total_s = total_s
+        self.cancelled: str | None = None
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def attach(self, sock: socket.socket | None) -> None:
+        if sock is None:
+            return
+        with self._lock:
+            self._sockets.add(sock)
+            cancelled = self.cancelled
+        if cancelled is not None:
+            _shutdown(sock)
+
+    def cancel(self, reason: str) -> None:
+        with self._lock:
+            self.cancelled = reason
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shutdown(sock)
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled is not None:
+            raise RequestCancelledError(reason=self.cancelled)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def expired(self) -> HttpTimeoutError:
+        return HttpTimeoutError(
+            "errors.http.totalTimeout",
+            seconds=round(self.total_s, 3),
+        )
+
+
+def _shutdown(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("guarded_call", default=None)
+
+
+class _GuardedStream(httpcore.NetworkStream):
+    """A network stream whose reads and writes obey the current call's deadline and cancel."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+        self._sock: socket.socket | None = inner.get_extra_info("socket")
+
+    def _bound(self, call: _Call, timeout: float | None) -> tuple[float | None, bool]:
+        call.attach(self._sock)
+        call.raise_if_cancelled()
+        left = call.left()
+        if left <= 0:
+            raise call.expired()
+        if timeout is None or left < timeout:
+            return left, True
+        return timeout, False
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        call = _CALL.get()
+        if call is None:
+            return self._inner.read(max_bytes, timeout)
+        bound, ours = self._bound(call, timeout)
+        try:
+            data = self._inner.read(max_bytes, bound)
+        except httpcore.ReadTimeout:
+            call.raise_if_cancelled()
+            if ours:
+                raise call.expired() from None
+            raise
+        except (httpcore.ReadError, OSError):
+            call.raise_if_cancelled()
+            raise
+        call.raise_if_cancelled()  # after our own shutdown a read returns b""
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        call = _CALL.get()
+        if call is None:
+            self._inner.write(buffer, timeout)
+            return
+        bound, ours = self._bound(call, timeout)
+        try:
+            self._inner.write(buffer, bound)
+        except httpcore.WriteTimeout:
+            call.raise_if_cancelled()
+            if ours:
+                raise call.expired() from None
+            raise
+        except (httpcore.WriteError, OSError):
+            call.raise_if_cancelled()
+            raise
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        return _GuardedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _PolicyBackend(httpcore.NetworkBackend):
+    """Resolves, checks every resolved address, and connects to a checked one."""
+
+    def __init__(self, policy: NetworkPolicy) -> None:
+        self._policy = policy
+        self._inner = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        call = _CALL.get()
+        if call is not None:
+            call.raise_if_cancelled()
+            if call.left() <= 0:
+                raise call.expired()
+            timeout = call.left() if timeout is None else min(timeout, call.left())
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        for address in addresses:  # every answer is checked: none may be private
+            self._policy.check(host, port, address)
+        error: Exception | None = None
+        for address in addresses:
+            try:
+                stream = self._inner.connect_tcp(
+                    address, port, timeout, local_address, socket_options
+                )
+            except httpcore.ConnectError as exc:
+                error = exc
+                continue
+            guarded = _GuardedStream(stream)
+            if call is not None:
+                call.attach(guarded.get_extra_info("socket"))
+            return guarded
+        raise error or httpcore.ConnectError(f"no address for {host}")
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+class _GuardedTransport(httpx.HTTPTransport):
+    """httpx's own transport (its request handling and exception mapping) over a
+    connection pool built with the policy backend: `HTTPTransport` takes no
+    network backend, so its pool is replaced right after it is built."""
+
+    def __init__(self, policy: NetworkPolicy, *, verify: bool) -> None:
+        super().__init__(verify=verify, trust_env=False)
+        ssl_context = self._pool._ssl_context  # type: ignore[attr-defined]
+        self._pool.close()
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=_PolicyBackend(policy),
+        )
+
+
+@dataclass(slots=True)
+class RequestSpec:
+    method: str
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    params: list[tuple[str, str]] | None = None
+    content: str | bytes | None = None
+    data: dict[str, str] | None = None
+    files: list[tuple[str, tuple[str | None, bytes, str]]] | None = None
+    json: Any = None
+
+
+class GuardedHttp:
+    """One per settings file: pooled clients (with and without TLS verification)
+    that share the policy and the limits."""
+
+    def __init__(self, policy: NetworkPolicy | None = None, limits: HttpLimits | None = None):
+        self.policy = policy or NetworkPolicy()
+        self.limits = limits or HttpLimits()
+        self._clients: dict[bool, httpx.Client] = {}
+        self._lock = threading.Lock()
+
+    def _client(self, verify: bool) -> httpx.Client:
+        with self._lock:
+            client = self._clients.get(verify)
+            if client is None:
+                client = self._clients[verify] = httpx.Client(
+                    transport=_GuardedTransport(self.policy, verify=verify),
+                    follow_redirects=True,
+                    max_redirects=self.limits.max_redirects,
+                    trust_env=False,
+                )
+            return client
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+
+    def request(
+        self,
+        spec: RequestSpec,
+        *,
+        timeouts: Timeouts | None = None,
+        verify: bool = True,
+        cancel: CancelLike | None = None,
+    ) -> HttpReply:
+        """Send `spec`; raise a `ConnectorError` subclass on any failure."""
+        timeouts = timeouts or Timeouts()
+        scheme = urlsplit(spec.url).scheme.lower() if "://" in spec.url else ""
+        if scheme not in ("http", "https"):
+            raise InvalidURLError(
+                url=safe_url(spec.url), detail="the URL must start with http:// or https://"
+            )
+        call = _Call(time.monotonic() + timeouts.total, timeouts.total)
+        token = _CALL.set(call)
+        try:
+            with cancel.attached(call.cancel) if cancel is not None else contextlib.nullcontext():
+                return self._send(spec, timeouts, verify, call)
+        except ConnectorError:
+            raise
+        except httpx.TooManyRedirects:
+            raise TooManyRedirectsError(
+                limit=self.limits.max_redirects,
+            ) from None
+        except httpx.TimeoutException as exc:
+            call.raise_if_cancelled()
+            phase = {
+                httpx.ConnectTimeout: "connect",
+                httpx.ReadTimeout: "read",
+                httpx.WriteTimeout: "write",
+                httpx.PoolTimeout: "connect",
+            }.get(type(exc), "read")
+            seconds = getattr(timeouts, phase)
+            raise HttpTimeoutError(phase=phase, seconds=seconds) from None
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise InvalidURLError(url=safe_url(spec.url), detail=str(exc)[:200]) from None
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            call.raise_if_cancelled()
+            raise HttpTransportError(
+                url=safe_url(spec.url),
+                detail=str(exc)[:300] or type(exc).__name__,
+            ) from None
+        finally:
+            _CALL.reset(token)
+
+    def _send(self, spec: RequestSpec, timeouts: Timeouts, verify: bool, call: _Call) -> HttpReply:
+        client = self._client(verify)
+        timeout = httpx.Timeout(
+            None, connect=timeouts.connect, read=timeouts.read, write=timeouts.write
+        )
+        with client.stream(
+            spec.method.upper(),
+            spec.url,
+            headers=spec.headers,
+            params=spec.params,
+            content=spec.content,
+            data=spec.data,
+            files=spec.files,
+            json=spec.json,
+            timeout=timeout,
+        ) as response:
+            headers = dict(response.headers)
+            content, is_file = self._read_body(response.iter_bytes(_CHUNK), headers)
+            return HttpReply(
+                status_code=response.status_code,
+                headers=headers,
+                content=content,
+                url=safe_url(response.url),
+                is_file=is_file,
+                content_type=headers.get("content-type", ""),
+            )
+
+    def _cap(self, is_file: bool) -> tuple[int, str]:
+        if is_file:
+            return self.limits.max_binary_bytes, "binary"
+        return self.limits.max_text_bytes, "text"
+
+    def _too_large(self, is_file: bool) -> ResponseTooLargeError:
+        limit, kind = self._cap(is_file)
+        return ResponseTooLargeError(kind=kind, limit=limit)
+
+    def _read_body(self, chunks: Iterator[bytes], headers: dict[str, str]) -> tuple[bytes, bool]:
+        decided = _decided_by_headers(headers)
+        declared = headers.get("content-length", "")
+        if decided is not None and declared.isdigit() and "content-encoding" not in headers:
+            if int(declared) > self._cap(decided)[0]:
+                raise self._too_large(decided)
+        # Until the first bytes decide, the larger (binary) cap bounds the read.
+        limit = self._cap(True if decided is None else decided)[0]
+        body = bytearray()
+        for chunk in chunks:
+            body += chunk
+            if len(body) > limit:
+                if decided is None and len(body) >= _SNIFF_BYTES:
+                    decided = is_file_response(headers, bytes(body[:_SNIFF_BYTES]))
+                raise self._too_large(True if decided is None else decided)
+            if decided is None and len(body) >= _SNIFF_BYTES:
+                decided = is_file_response(headers, bytes(body[:_SNIFF_BYTES]))
+                limit = self._cap(decided)[0]
+                if len(body) > limit:
+                    raise self._too_large(decided)
+        if decided is None:
+            decided = is_file_response(headers, bytes(body))
+            if len(body) > self._cap(decided)[0]:
+                raise self._too_large(decided)
+        return bytes(body), decided

@@ -1,0 +1,318 @@
+"""HTTP-request node: Dify's fields and outputs, sent through the guarded client.
+
+Fields: `method`, `url`, `headers` and `params` (one `key: value` per line,
+with `{{#node.var#}}` selectors), `body` (`none`, `form-data`,
+`x-www-form-urlencoded`, `json`, `raw-text`, `binary`), `authorization`
+(`no-auth`, or `api-key` as bearer, basic or a custom header), `timeout`
+(connect/read/write seconds, 0 or empty: Dify's maximum; values above the
+maximum are clamped to it), `ssl_verify`. Outputs: `status_code`, `body` (the
+raw text, even for JSON; empty when the body became a file), `headers`,
+`files`.
+
+As in Dify, a status outside 2xx is a success with that status code, unless
+the node retries or has an error strategy: then it is an
+`HTTPResponseCodeError` that the retry or strategy handles.
+
+Credentials never leave the node: the API key, `user:password@` in the URL
+and the Authorization header are masked in `process_data` and in errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from connectors.errors import ConnectorError
+from connectors.guarded_http import (
+    MAX_CONNECT_TIMEOUT_S,
+    MAX_READ_TIMEOUT_S,
+    MAX_WRITE_TIMEOUT_S,
+    HttpReply,
+    RequestSpec,
+    Timeouts,
+    safe_url,
+)
+from nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader, render_selectors
+from nodes.config import BaseNodeData, DslModel, dsl_error, shown
+from nodes.selectors import Selector, template_selectors
+
+TYPE = "http-request"
+SUPPORTS_RETRY = True
+
+METHODS = ("get", "post", "put", "patch", "delete", "head", "options")
+BODY_CONTENT_TYPES = {
+    "json": "application/json",
+    "x-www-form-urlencoded": "application/x-www-form-urlencoded",
+    "form-data": "multipart/form-data",
+    "raw-text": "text/plain",
+}
+MASK = "******"
+
+
+def _method(value: Any) -> str:
+    if not isinstance(value, str) or value.lower() not in METHODS:
+        raise dsl_error(
+            "dsl.choice",
+            "must be one of {choices}, got {got}",
+            choices=", ".join(METHODS),
+            got=shown(value),
+        )
+    return value.lower()
+
+
+class AuthConfig(DslModel):
+    type: Literal["basic", "bearer", "custom"] = "bearer"
+    api_key: str = ""
+    header: str = ""
+
+
+class Authorization(DslModel):
+    type: Literal["no-auth", "api-key"] = "no-auth"
+    config: AuthConfig | None = None
+
+
+class BodyItem(DslModel):
+    key: str = ""
+    type: Literal["text", "file"] = "text"
+    value: str = ""
+    file: list[str] = Field(default_factory=list)
+
+
+class Body(DslModel):
+    type: Literal["none", "form-data", "x-www-form-urlencoded", "raw-text", "json", "binary"] = (
+        "none"
+    )
+    data: list[BodyItem] = Field(default_factory=list)
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _legacy_text(cls, value: Any) -> Any:
+        # Older exports keep the raw body as one string.
+        if not value:
+            return []
+        if isinstance(value, str):
+            return [{"type": "text", "value": value}]
+        return value
+
+
+def _seconds(value: Any) -> int | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise dsl_error(
+            "dsl.http.timeout",
+            "must be a number of seconds (0 or more), got {got}",
+            got=shown(value),
+        )
+    return int(value)
+
+
+Seconds = Annotated[int | None, BeforeValidator(_seconds)]
+
+
+class Timeout(DslModel):
+    connect: Seconds = None
+    read: Seconds = None
+    write: Seconds = None
+
+
+class Data(BaseNodeData):
+    method: Annotated[str, BeforeValidator(_method)] = "get"
+    url: str = ""
+    authorization: Authorization = Field(default_factory=Authorization)
+    headers: str = ""
+    params: str = ""
+    body: Body | None = None
+    timeout: Timeout | None = None
+    ssl_verify: bool | None = None
+
+    @field_validator("body")
+    @classmethod
+    def _no_file_bodies_yet(cls, body: Body | None) -> Body | None:
+        if body is not None and (
+            body.type == "binary" or any(item.type == "file" for item in body.data)
+        ):
+            raise dsl_error(
+                "dsl.http.fileBody",
+                "request bodies with files are not supported yet (body type {type})",
+                type=body.type,
+            )
+        return body
+
+
+def selectors(data: Data) -> list[Selector]:
+    texts = [data.url, data.headers, data.params]
+    if data.authorization.config is not None:
+        texts.append(data.authorization.config.api_key)
+    if data.body is not None and data.body.type != "none":
+        for item in data.body.data:
+            texts.extend((item.key, item.value))
+    return [s for text in texts for s in template_selectors(text)]
+
+
+def output_names(data: Data) -> set[str]:
+    return {"status_code", "body", "headers", "files"}
+
+
+class HTTPResponseCodeError(NodeRunError):
+    """Dify's error type for a non-2xx status when the node retries or has a strategy."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__("errors.http.status", status=status)
+
+
+# --- building the request -------------------------------------------------------
+
+
+def _lines(text: str) -> list[tuple[str, str]]:
+    """Dify's text-line format: `key: value` per line; `key` alone has an empty value."""
+    pairs: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(":")
+        if key.strip():
+            pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def _auth_header(auth: Authorization, api_key: str) -> dict[str, str]:
+    if auth.type != "api-key" or auth.config is None:
+        return {}
+    header = auth.config.header or "Authorization"
+    if auth.config.type == "bearer":
+        return {header: f"Bearer {api_key}"}
+    if auth.config.type == "basic":
+        # Dify encodes `user:password`; anything else is sent as written.
+        token = base64.b64encode(api_key.encode()).decode() if ":" in api_key else api_key
+        return {header: f"Basic {token}"}
+    return {header: api_key}
+
+
+def _json_body(text: str) -> Any:
+    from json_repair import repair_json
+
+    try:
+        return json.loads(repair_json(text), strict=False)
+    except (ValueError, RecursionError):
+        raise NodeRunError("errors.http.badJsonBody") from None
+
+
+def build_request(data: Data, variables: VariableReader) -> tuple[RequestSpec, list[str]]:
+    """The request to send, and the secrets that must never be shown."""
+    url = render_selectors(data.url, variables).strip()
+    if not url:
+        raise NodeRunError("errors.http.noUrl")
+    secrets: list[str] = []
+    api_key = ""
+    if data.authorization.type == "api-key":
+        if data.authorization.config is None:
+            raise NodeRunError("errors.http.noApiKey")
+        api_key = render_selectors(data.authorization.config.api_key, variables)
+        if not api_key.strip():
+            raise NodeRunError("errors.http.noApiKey")
+        secrets.append(api_key)
+    headers = dict(_lines(render_selectors(data.headers, variables)))
+    auth = _auth_header(data.authorization, api_key)
+    secrets.extend(auth.values())
+    headers.update(auth)
+    params = _lines(render_selectors(data.params, variables)) or None
+    spec = RequestSpec(method=data.method, url=url, headers=headers, params=params)
+    body = data.body
+    if body is None or body.type == "none":
+        return spec, secrets
+    if "content-type" not in {k.lower() for k in headers} and body.type in BODY_CONTENT_TYPES:
+        # multipart needs the boundary httpx writes; it sets the header itself.
+        if body.type != "form-data":
+            headers["Content-Type"] = BODY_CONTENT_TYPES[body.type]
+    if body.type in ("raw-text", "json"):
+        if len(body.data) != 1:
+            raise NodeRunError("errors.http.bodyItems", type=body.type)
+        text = render_selectors(body.data[0].value, variables)
+        if body.type == "json":
+            spec.json = _json_body(text)
+        else:
+            spec.content = text
+    else:  # x-www-form-urlencoded, form-data (text items)
+        form = {
+            render_selectors(item.key, variables): render_selectors(item.value, variables)
+            for item in body.data
+            if item.type == "text"
+        }
+        if body.type == "form-data":
+            # Always multipart, even without files (Dify sends a placeholder part).
+            spec.data = form
+            spec.files = [("__multipart_placeholder__", ("", b"", "application/octet-stream"))]
+        else:
+            spec.data = form
+    return spec, secrets
+
+
+def timeouts(data: Data) -> Timeouts:
+    t = data.timeout or Timeout()
+    return Timeouts(
+        connect=min(t.connect or MAX_CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S),
+        read=min(t.read or MAX_READ_TIMEOUT_S, MAX_READ_TIMEOUT_S),
+        write=min(t.write or MAX_WRITE_TIMEOUT_S, MAX_WRITE_TIMEOUT_S),
+    )
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def request_log(spec: RequestSpec, secrets: list[str], auth_header: str | None) -> str:
+    """The request as process data: no userinfo, masked auth header and key."""
+    lines = [f"{spec.method.upper()} {safe_url(spec.url)} HTTP/1.1"]
+    for key, value in spec.headers.items():
+        shown_value = MASK if auth_header and key.lower() == auth_header.lower() else value
+        lines.append(f"{key}: {shown_value}")
+    text = "\r\n".join(lines) + "\r\n\r\n"
+    if spec.content:
+        text += spec.content if isinstance(spec.content, str) else f"<{len(spec.content)} bytes>"
+    elif spec.json is not None:
+        text += json.dumps(spec.json, ensure_ascii=False)
+    elif spec.data:
+        text += "&".join(f"{k}={v}" for k, v in spec.data.items())
+    return redact(text, secrets)
+
+
+def _outputs(reply: HttpReply) -> dict[str, Any]:
+    if reply.is_file:
+        raise NodeRunError(
+            "errors.http.binaryNotSupported",
+            content_type=reply.content_type or "unknown type",
+        )
+    return {
+        "status_code": reply.status_code,
+        "body": reply.text,
+        "headers": reply.headers,
+        "files": [],
+    }
+
+
+def run(data: Data, ctx: NodeContext) -> NodeResult:
+    if ctx.connectors is None:
+        raise NodeRunError("errors.connector.missing")
+    spec, secrets = build_request(data, ctx.variables)
+    auth_header = None
+    if data.authorization.type == "api-key" and data.authorization.config is not None:
+        auth_header = data.authorization.config.header or "Authorization"
+    process_data = {"request": request_log(spec, secrets, auth_header)}
+    verify = data.ssl_verify if data.ssl_verify is not None else True
+    try:
+        reply = ctx.connectors.http.request(
+            spec, timeouts=timeouts(data), verify=verify, cancel=ctx.cancel
+        )
+    except ConnectorError as exc:
+        # The message never carries a secret, but the URL a workflow built might.
+        exc.params = {k: redact(str(v), secrets) for k, v in exc.params.items()}
+        exc.args = (exc.render(),)
+        raise
+    if not reply.is_success and (data.error_strategy or data.retry_config.retry_enabled):
+        raise HTTPResponseCodeError(reply.status_code)
+    return NodeResult(outputs=_outputs(reply), process_data=process_data)

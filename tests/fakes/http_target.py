@@ -1,0 +1,180 @@
+"""A hostile HTTP target on a real loopback socket, for the http-request node.
+
+Paths:
+  /echo               JSON of the request: method, path, query, headers, body
+  /json               a small JSON body
+  /status/N           status N with a short text body
+  /redirect?to=URL    302 to URL (`&code=307` for another status)
+  /slow?delay=S       headers and body after S seconds
+  /trickle?every=S    headers at once, then one byte every S seconds, forever
+  /huge?mb=N          N MiB of text (N=1024: a gigabyte), streamed with Content-Length
+  /liar-long          Content-Length 1000, sends 10 bytes and closes
+  /liar-short         Content-Length 5, sends 50 bytes
+  /file               a small PNG-typed body with a Content-Disposition filename
+Every request is recorded in `requests`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+        return None
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, status: int, body: bytes, content_type: str = "text/plain", **headers: str):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in headers.items():
+            self.send_header(key.replace("_", "-"), value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _handle(self) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        body = self._body()
+        self.server.requests.append(
+            {
+                "method": self.command,
+                "path": url.path,
+                "query": query,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "body": body,
+            }
+        )
+        path = url.path
+        if path == "/echo":
+            doc = {
+                "method": self.command,
+                "path": url.path,
+                "query": parse_qs(url.query, keep_blank_values=True),
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "body": body.decode("utf-8", "replace"),
+            }
+            self._send(200, json.dumps(doc).encode(), "application/json")
+        elif path == "/json":
+            self._send(200, b'{"ok": true, "items": [1, 2]}', "application/json; charset=utf-8")
+        elif path.startswith("/status/"):
+            status = int(path.rsplit("/", 1)[1])
+            self._send(status, f"status {status}".encode())
+        elif path == "/redirect":
+            self.send_response(int(query.get("code", "302")))
+            self.send_header("Location", query["to"])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif path == "/slow":
+            self.server.stop.wait(float(query.get("delay", "5")))
+            self._send(200, b"late")
+        elif path == "/trickle":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            every = float(query.get("every", "0.2"))
+            while not self.server.stop.wait(every):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+        elif path == "/huge":
+            size = int(float(query.get("mb", "1024")) * 1024 * 1024)
+            self.send_response(200)
+            self.send_header("Content-Type", query.get("type", "text/plain"))
+            if query.get("declare", "1") == "1":
+                self.send_header("Content-Length", str(size))
+            else:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            block = b"y" * 65536
+            sent = 0
+            try:
+                while sent < size and not self.server.stop.is_set():
+                    self.wfile.write(block)
+                    sent += len(block)
+                    self.server.huge_sent = sent
+            except OSError:
+                pass  # the client hung up: what the size cap should do
+            self.close_connection = True
+        elif path == "/liar-long":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b"0123456789")
+            self.close_connection = True
+        elif path == "/liar-short":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", "5")
+            self.end_headers()
+            self.wfile.write(b"A" * 50)
+            self.close_connection = True
+        elif path == "/file":
+            self._send(
+                200,
+                b"\x89PNG\r\n\x1a\n" + bytes(range(256)),
+                "image/png",
+                Content_Disposition='attachment; filename="pixel.png"',
+            )
+        else:
+            self._send(404, b"not found")
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, host: str) -> None:
+        super().__init__((host, 0), _Handler)
+        self.requests: list[dict[str, Any]] = []
+        self.stop = threading.Event()
+        self.huge_sent = 0
+
+
+class HttpTarget:
+    """`with HttpTarget() as target:` serves on 127.0.0.1 until the block ends."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self._server = _Server(host)
+        self.host = host
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        return self._server.requests
+
+    @property
+    def huge_sent(self) -> int:
+        return self._server.huge_sent
+
+    def __enter__(self) -> HttpTarget:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.stop.set()
+        self._server.shutdown()
+        self._server.server_close()
+        deadline = time.monotonic() + 2
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            self._thread.join(0.1)
