@@ -63,7 +63,7 @@ def node_end(events: list[ev.Event], node_id: str = "n") -> ev.Event:
     ends = [
         e
         for e in events
-        if isinstance(e, ev.NodeSucceeded | ev.NodeException | ev.NodeFailed)
+        if isinstance(e, ev.NodeFinished)
         and e.node_id == node_id
     ]
     assert ends, f"node {node_id} never ended: {[type(e).__name__ for e in events]}"
