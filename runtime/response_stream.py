@@ -15,9 +15,15 @@ graph-engine tests pin down, and which this module reproduces:
   a chunk that arrives before its turn is held until what comes before it is out.
 - A variable of a node that will not run (skipped) is left out.
 
-Two cases Dify leaves stuck are closed here: a variable whose node finished
+One edge blocks here that does not in Dify: a fail-branch edge (taken only
+when its node fails). Dify lets an answer behind it stream its text before
+the node has even failed, then waits for ever when the node succeeds.
+
+Three cases Dify leaves stuck are closed here: a variable whose node finished
 without it (an LLM that failed into its fail branch) is left out instead of
-waited for, and a stream whose response node will not run is dropped.
+waited for, so is one of a node nothing connects to the start; and a stream
+whose response node will not run is dropped at once (none of its text goes
+out after that, and the next stream takes over).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from nodes.base import Role
+from nodes.base import FAIL_HANDLE, Role
 from nodes.selectors import Segment, Selector, TextSegment, VariableSegment
 from nodes.values import as_markdown
 from runtime.graph import EdgeDef, Graph
@@ -112,7 +118,9 @@ class ResponseStreamer:
         blocking: set[int] = set()
         for index, edge in enumerate(self.graph.edges):
             source = self.graph.nodes[edge.source]
-            if source.spec.role in _BLOCKING_ROLES or shown & source.needs.writes:
+            # A fail-branch edge is a decision too: taken only if the node fails.
+            failure_only = edge.handle == FAIL_HANDLE
+            if source.spec.role in _BLOCKING_ROLES or shown & source.needs.writes or failure_only:
                 blocking.add(index)
         return frozenset(blocking)
 
@@ -234,8 +242,8 @@ class ResponseStreamer:
         # Not streamed (or its node ended without streaming): the finished value.
         if head in self.graph.nodes:
             state = self.state(head)
-            if state is NodeState.SKIPPED:
-                return True
+            if state is NodeState.SKIPPED or head not in self.graph.reachable:
+                return True  # it will not run: leave it out
             if state is not NodeState.DONE:
                 return False
         text = as_markdown(self.pool.get(selector))
