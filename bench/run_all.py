@@ -22,6 +22,8 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.concurrency", ["--streams=1000", "--shards=16"], False),  # always gevent
     ("bench.engine", ["--repeat=5"], False),
     ("bench.ttft", ["--runs=31"], False),
+    ("bench.http_request", ["--requests=500"], True),
+    ("bench.knowledge", ["--docs=10000", "--queries=300"], False),
 ]
 QUICK = {
     "bench.deadline": ["--trials=10"],
@@ -30,6 +32,8 @@ QUICK = {
     "bench.concurrency": ["--streams=200", "--shards=4"],
     "bench.engine": ["--repeat=1"],
     "bench.ttft": ["--runs=3"],
+    "bench.http_request": ["--requests=50"],
+    "bench.knowledge": ["--docs=500", "--queries=30"],
 }
 
 

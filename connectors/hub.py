@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from connectors.guarded_http import (
     GuardedHttp,
     HttpLimits,
 )
+from connectors.knowledge import KnowledgeBackend, KnowledgeError
 from connectors.net_policy import NetworkPolicy
 
 
@@ -53,6 +55,14 @@ class Connectors:
                 )
             return self._http
 
+    def dataset(self, dataset_id: str) -> tuple[Any, KnowledgeBackend]:
+        """The settings entry of a dataset and its backend (shared, built on first use)."""
+        datasets = getattr(self.section("knowledge"), "datasets", {}) or {}
+        spec = datasets.get(dataset_id)
+        if spec is None:
+            raise KnowledgeError("errors.knowledge.unknownDataset", dataset=dataset_id)
+        return spec, self.cached(f"knowledge:{dataset_id}", lambda: _backend(spec))
+
     def cached(self, key: str, build: Any) -> Any:
         """One shared instance per key (clients, indexes), built on first use."""
         with self._lock:
@@ -70,3 +80,18 @@ class Connectors:
                 if callable(close):
                     close()
             self._cache.clear()
+
+
+def _backend(spec: Any) -> KnowledgeBackend:
+    if spec.kind == "local":
+        from connectors.local_index import LocalIndex
+
+        return LocalIndex(spec.index)
+    from connectors.external_knowledge import ExternalKnowledge
+
+    api_key = None
+    if spec.api_key_env:
+        api_key = os.environ.get(spec.api_key_env)
+        if not api_key:
+            raise KnowledgeError("errors.knowledge.missingKey", env=spec.api_key_env)
+    return ExternalKnowledge(spec.endpoint, spec.knowledge_id, api_key, timeout_s=spec.timeout_s)

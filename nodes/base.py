@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from connectors.hub import Connectors
     from plugin_daemon_client.fallback import BreakerBook, FallbackEvent, FallbackPolicy
     from plugin_daemon_client.gate import Probe, WaitInfo
+    from sandbox.executor import CodeExecutor
 
 
 class Role(StrEnum):
@@ -166,6 +167,8 @@ class NodeContext:
     emit_fallback: Callable[[FallbackEvent], None] = _ignore_event
     clients: Clients | None = None
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    # Runs untrusted code and templates that need a process of their own.
+    code_executor: CodeExecutor | None = None
     # HTTP, knowledge and tool clients, built by the runtime from its settings file.
     connectors: Connectors | None = None
     # The conversation's earlier turns, oldest first (chatflows only).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
@@ -18,13 +19,27 @@ from pydantic_core import PydanticCustomError
 
 from nodes.selectors import Selector
 
+# At most this much of a value is quoted in a message: a value can be megabytes
+# (or an alias bomb), and a message must stay a line a person can read.
+QUOTE_LIMIT = 200
+_QUOTER = json.JSONEncoder(ensure_ascii=False, default=str)
 
-def shown(value: Any) -> str:
-    """How a wrong value is quoted in a message: JSON, so strings keep their quotes."""
+
+def shown(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """How a value is quoted in a message: JSON, so strings keep their quotes,
+    cut to `limit` characters. Encoded lazily: a huge value is never written out."""
+    parts: list[str] = []
+    length = 0
     try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
+        for chunk in _QUOTER.iterencode(value):
+            parts.append(chunk)
+            length += len(chunk)
+            if length > limit:
+                break
+        text = "".join(parts)
+    except (TypeError, ValueError, RecursionError):  # circular or absurdly deep
+        text = reprlib.repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def dsl_error(key: str, english: str, **params: Any) -> PydanticCustomError:

@@ -17,9 +17,11 @@ from types import ModuleType
 from nodes import (
     answer,
     assigner,
+    code,
     end,
     http_request,
     if_else,
+    knowledge_retrieval,
     llm,
     start,
     template_transform,
@@ -44,6 +46,8 @@ class NodeSpec:
     needs: Callable[[BaseNodeData], Needs]
     # Response nodes: the text and variables they stream, in order.
     template: Callable[[BaseNodeData], list[Segment]] | None = None
+    # Runs code through `ctx.code_executor` (the runtime starts it with the run).
+    uses_code_executor: bool = False
 
 
 def _no_needs(data: BaseNodeData) -> Needs:
@@ -70,6 +74,7 @@ def _spec(module: ModuleType, type_name: str) -> NodeSpec:
         handles=getattr(module, "handles", _success_only),
         needs=getattr(module, "needs", _no_needs),
         template=template,
+        uses_code_executor=getattr(module, "USES_CODE_EXECUTOR", False),
     )
 
 
@@ -83,6 +88,8 @@ MODULES: tuple[ModuleType, ...] = (
     variable_aggregator,
     assigner,
     http_request,
+    code,
+    knowledge_retrieval,
 )
 
 NODE_TYPES: dict[str, NodeSpec] = {
@@ -95,9 +102,7 @@ NODE_TYPES: dict[str, NodeSpec] = {
 # with one message per such node, naming the type and the node.
 KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
     {
-        "code",
         "tool",
-        "knowledge-retrieval",
         "question-classifier",
         "parameter-extractor",
         "document-extractor",

@@ -77,6 +77,14 @@ def _parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check a workflow file and list every problem")
     validate.add_argument("flow")
     validate.add_argument("--locale")
+    index = commands.add_parser(
+        "index", help="build or update the local full-text index of a knowledge dataset"
+    )
+    index.add_argument("folder")
+    index.add_argument("--dataset", required=True, help="the dataset id the workflow names")
+    index.add_argument("--index", metavar="PATH", help="the index file (default: from settings)")
+    index.add_argument("--models", "--settings", metavar="SETTINGS.yaml")
+    index.add_argument("--locale")
     return parser
 
 
@@ -103,17 +111,20 @@ def _invalid(error: BaseException, locale: str, as_json: bool) -> int:
     return EXIT_INVALID
 
 
+def _invalid_file(error: DslError, path: str, locale: str) -> int:
+    print(
+        locales.t("cli.invalidFlow", locale, path=path, count=len(error.problems)), file=sys.stderr
+    )
+    for problem in error.problems:
+        print("  " + problem.render(locale), file=sys.stderr)
+    return EXIT_INVALID
+
+
 def cmd_validate(flow: str, locale: str) -> int:
     try:
         workflow = load_workflow(flow)
     except DslError as exc:
-        print(
-            locales.t("cli.invalidFlow", locale, path=flow, count=len(exc.problems)),
-            file=sys.stderr,
-        )
-        for problem in exc.problems:
-            print("  " + problem.render(locale), file=sys.stderr)
-        return EXIT_INVALID
+        return _invalid_file(exc, exc.source or flow, locale)
     print(
         locales.t(
             "cli.valid",
@@ -176,13 +187,8 @@ def cmd_run(args: argparse.Namespace, locale: str) -> int:
             workflow, run = _start_run(args, store)
         except INVALID_ERRORS as exc:
             if isinstance(exc, DslError) and not args.json:
-                print(
-                    locales.t("cli.invalidFlow", locale, path=args.flow, count=len(exc.problems)),
-                    file=sys.stderr,
-                )
-                for problem in exc.problems:
-                    print("  " + problem.render(locale), file=sys.stderr)
-                return EXIT_INVALID
+                # Headed with the file the problems are in: the models file's own name for its problems.
+                return _invalid_file(exc, exc.source or args.flow, locale)
             return _invalid(exc, locale, args.json)
         return _stream(run, workflow, locale, args.json)
     finally:
@@ -238,11 +244,51 @@ def _ctrl_c_aborts(run: WorkflowRun) -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def cmd_index(args: argparse.Namespace, locale: str) -> int:
+    """`firstgate index DIR --dataset ID [--index PATH | --models SETTINGS]`."""
+    from connectors.knowledge import KnowledgeError
+    from connectors.local_index import LocalIndex
+
+    path = args.index
+    try:
+        if path is None and args.models:
+            spec = load_settings(args.models).knowledge.datasets.get(args.dataset)
+            if spec is not None and spec.kind == "local":
+                path = spec.index
+        if path is None:
+            raise KnowledgeError("errors.knowledge.noIndexPath", dataset=args.dataset)
+        index = LocalIndex(path, create=True)
+        try:
+            report = index.update(args.folder)
+        finally:
+            index.close()
+    except (KnowledgeError, DslError) as exc:
+        print(
+            locales.t("cli.invalidInput", locale, error=render_error(exc, locale)), file=sys.stderr
+        )
+        return EXIT_INVALID
+    print(
+        locales.t(
+            "cli.indexed",
+            locale,
+            dataset=args.dataset,
+            index=str(path),
+            added=report.added,
+            updated=report.updated,
+            removed=report.removed,
+            unchanged=report.unchanged,
+        )
+    )
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
     if args.command == "validate":
         return cmd_validate(args.flow, locale)
+    if args.command == "index":
+        return cmd_index(args, locale)
     return cmd_run(args, locale)
 
 

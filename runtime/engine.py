@@ -18,6 +18,7 @@ ready start. A chatflow's turn ends with `workflow_finished` followed by
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -43,6 +44,7 @@ from runtime.scheduler import Scheduler
 from runtime.session import RunSession, RunSummary
 from runtime.variable_pool import VariablePool
 from runtime.worker_pool import WorkerPool
+from sandbox.executor import CodeExecutor
 from store.base import NodeExecutionRecord
 
 # How long a stopped run waits for its in-flight nodes to notice the cancel.
@@ -97,9 +99,15 @@ class WorkflowRun:
         limits: RunLimits,
         max_workers: int,
         connectors: Connectors | None = None,
+        code_executor: CodeExecutor | None = None,
+        owns_code_executor: bool = False,
+        start_code_executor: bool = False,
     ) -> None:
         self.graph = graph
         self.connectors = connectors
+        self.code_executor = code_executor
+        self._owns_code_executor = owns_code_executor
+        self._start_code_executor = start_code_executor
         self.providers = providers  # of the LLM nodes the run can reach
         self.inputs = inputs
         self.session = session
@@ -195,6 +203,9 @@ class WorkflowRun:
             except Exception as exc:  # noqa: BLE001 - reported as the run's failure
                 yield from self._end(self._terminal_failed(exc))
                 return
+            if self._start_code_executor and self.code_executor is not None:
+                # Warm up in the background; a code node waits for a worker if it must.
+                threading.Thread(target=self._warm_up_code_executor, daemon=True).start()
             yield from self._launch(self.graph.start_id, None)
             while self._in_flight and self._stop_message is None and self._failure is None:
                 item = self._queue.get()
@@ -216,6 +227,13 @@ class WorkflowRun:
                 self.clients.close()
             if self.connectors is not None:
                 self.connectors.close()
+            if self._owns_code_executor and self.code_executor is not None:
+                self.code_executor.close()
+
+    def _warm_up_code_executor(self) -> None:
+        assert self.code_executor is not None
+        with contextlib.suppress(Exception):  # the first code node reports it
+            self.code_executor.start()
 
     def _launch(self, node_id: str, predecessor: str | None) -> Iterator[ev.Event]:
         if self.cancel.cancelled:
@@ -303,6 +321,7 @@ class WorkflowRun:
             emit_fallback=fallback,
             clients=self.clients,
             inputs=self.inputs,
+            code_executor=self.code_executor,
             connectors=self.connectors,
             history=self.session.history,
         )

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from nodes.base import FAIL_HANDLE, Role
@@ -16,6 +15,7 @@ from runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
 from runtime.problems import DslError, NodeRef, Problem, problems_from_validation
 from runtime.variable_pool import SYS_VARIABLES, USER_INPUT, USER_INPUT_VARIABLES
 from runtime.workflow import Workflow, declarations
+from runtime.yaml_reader import read_yaml_mapping
 
 # Nodes the editor draws that are not part of the flow (sticky notes).
 _DECORATIVE_NODE_TYPES = {"custom-note"}
@@ -23,28 +23,8 @@ ERROR_OUTPUTS = {"error_message", "error_type"}
 
 
 def read_document(source: str | Path) -> dict[str, Any]:
-    """Parse a YAML file into a mapping; a missing file or bad YAML is a DslError."""
-    path = Path(source)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DslError([Problem("dsl.file.missing", {"path": str(path)})]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DslError(
-            [Problem("dsl.file.unreadable", {"path": str(path), "detail": str(exc)})]
-        ) from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
-        detail = getattr(exc, "problem", None) or str(exc)
-        raise DslError(
-            [Problem("dsl.file.yaml", {"path": str(path), "where": where, "detail": detail})]
-        ) from None
-    if not isinstance(document, dict):
-        raise DslError([Problem("dsl.file.notMapping", {"path": str(path)})])
-    return document
+    """Parse a DSL file into a mapping; every problem is a located DslError."""
+    return read_yaml_mapping(source)
 
 
 def load_workflow(source: str | Path | Mapping[str, Any]) -> Workflow:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -46,6 +47,15 @@ class NodeRef:
 
 
 @dataclass(frozen=True, slots=True)
+class SourcePlace:
+    """A position in a file: line and column count from 1."""
+
+    path: str
+    line: int
+    column: int
+
+
+@dataclass(frozen=True, slots=True)
 class Problem:
     """One thing wrong with a workflow file, located as precisely as we can."""
 
@@ -53,11 +63,21 @@ class Problem:
     params: dict[str, Any] = field(default_factory=dict)
     node: NodeRef | None = None
     field: str | None = None
+    place: SourcePlace | None = None
 
     def render(self, locale: str | None = None) -> str:
         detail = locales.t(self.message_key, locale, **self.params)
         if self.field:
             detail = f"{self.field} {detail}"
+        if self.place is not None:
+            where = locales.t(
+                "dsl.location.file",
+                locale,
+                path=self.place.path,
+                line=self.place.line,
+                column=self.place.column,
+            )
+            detail = f"{where}: {detail}"
         if self.node is None:
             return detail
         where = locales.t(
@@ -74,8 +94,10 @@ class DslError(LocalizedError):
 
     message_key = "dsl.invalid"
 
-    def __init__(self, problems: Sequence[Problem]) -> None:
+    def __init__(self, problems: Sequence[Problem], *, source: str | Path | None = None) -> None:
         self.problems = list(problems)
+        # The file the problems are in (a workflow file, a models file), when known.
+        self.source = str(source) if source is not None else None
         super().__init__(count=len(self.problems))
 
     def render(self, locale: str | None = None) -> str:

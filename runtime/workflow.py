@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.hub import Connectors
 from nodes import start
 from nodes.files import FileRules
+from runtime.code_executors import build_code_executor
 from runtime.engine import WorkflowRun
 from runtime.environment import EnvVar
 from runtime.events import CHAT_MODE
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from nodes.base import Clients
     from runtime.dsl_models import Document, FileUpload
     from runtime.settings import RuntimeSettings
+    from sandbox.executor import CodeExecutor
     from store.base import Store
 
 # Namespace of the ids firstgate derives for an app and a workflow version.
@@ -88,6 +90,14 @@ class Workflow:
             for provider in node.needs.model_providers
         }
 
+    def uses_code_executor(self) -> bool:
+        """Whether a node the run can reach runs code (so the executor starts with the run)."""
+        return any(
+            n.spec.uses_code_executor
+            for n in self.graph.nodes.values()
+            if n.id in self.graph.reachable
+        )
+
     def prepare_inputs(
         self, inputs: Mapping[str, Any], query: str | None = None
     ) -> tuple[dict[str, Any], str | None]:
@@ -120,6 +130,7 @@ class Workflow:
         run_id: str | None = None,
         clients: Clients | None = None,
         turn_wait_s: float = DEFAULT_TURN_WAIT_S,
+        code_executor: CodeExecutor | None = None,
     ) -> WorkflowRun:
         """Start a run; iterate the returned object for events, call `.abort()` to stop it.
 
@@ -136,6 +147,9 @@ class Workflow:
         route whose credential variable is unset, EnvVarError for a bad
         environment value, StoreError when the conversation cannot be taken.
         `clients` replaces the routes with your own provider of transport clients.
+        `code_executor` (yours to start and close, shared by as many runs as you
+        like) replaces the one the run builds from `settings.code_executor`
+        and closes when it ends.
         """
         values, sys_query = self.prepare_inputs(inputs or {}, query)
         providers = self.llm_providers()
@@ -161,6 +175,9 @@ class Workflow:
             else _UNLIMITED_LEASE_S
         )
         session = open_session(self, options, lease_seconds=lease)
+        owns_executor = code_executor is None
+        if code_executor is None:
+            code_executor = build_code_executor(settings.code_executor if settings else None)
         try:
             if files and not self.file_upload.enabled:
                 raise start.InputError("dsl.input.filesDisabled")
@@ -175,9 +192,14 @@ class Workflow:
                 limits=limits,
                 max_workers=max_workers,
                 connectors=Connectors.from_settings(settings),
+                code_executor=code_executor,
+                owns_code_executor=owns_executor,
+                start_code_executor=self.uses_code_executor(),
             )
         except BaseException:
             session.close()
+            if owns_executor:
+                code_executor.close()
             raise
 
 

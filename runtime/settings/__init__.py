@@ -19,19 +19,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import Field, ValidationError
 
-from runtime.problems import DslError, Problem, problems_from_validation
+from runtime.problems import DslError, problems_from_validation
+from runtime.settings.code_executor import CodeExecutorSettings
 from runtime.settings.http_request import HttpRequestSettings
 from runtime.settings.knowledge import KnowledgeSettings
 from runtime.settings.providers import ProvidersSection
 from runtime.settings.tools import ToolsSettings
+from runtime.yaml_reader import read_yaml_mapping
 
 
 class RuntimeSettings(ProvidersSection):
     """The whole settings file. Sections: one field each (see the module docstring)."""
 
+    code_executor: CodeExecutorSettings = Field(default_factory=CodeExecutorSettings)
     http_request: HttpRequestSettings = Field(default_factory=HttpRequestSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
@@ -40,15 +42,8 @@ class RuntimeSettings(ProvidersSection):
 def load_settings(path: str | Path) -> RuntimeSettings:
     """Read a settings file; every problem is reported through DslError."""
     file = Path(path)
+    raw = read_yaml_mapping(file, empty={}, not_mapping="cli.models.notMapping")
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DslError([Problem("dsl.file.missing", {"path": str(file)})]) from None
-    except yaml.YAMLError as exc:
-        raise DslError(
-            [Problem("dsl.file.yaml", {"path": str(file), "where": "?", "detail": str(exc)})]
-        ) from None
-    try:
-        return RuntimeSettings.model_validate(raw or {})
+        return RuntimeSettings.model_validate(raw)
     except ValidationError as exc:
-        raise DslError(problems_from_validation(exc, prefix=str(file))) from None
+        raise DslError(problems_from_validation(exc, prefix=str(file)), source=file) from None

@@ -174,9 +174,7 @@ def test_invalid_inputs_exit_2_without_traceback(tmp_path: Path) -> None:
 def test_validate_prints_all_problems_and_exits_2(tmp_path: Path) -> None:
     doc = yaml.safe_load((EXAMPLES / "chat.yml").read_text())
     doc["workflow"]["graph"]["nodes"][1]["data"]["retry_config"] = {"max_retries": "three"}
-    doc["workflow"]["graph"]["nodes"].append(
-        {"id": "k", "data": {"type": "knowledge-retrieval", "title": "KB"}}
-    )
+    doc["workflow"]["graph"]["nodes"].append({"id": "k", "data": {"type": "agent", "title": "KB"}})
     doc["workflow"]["graph"]["edges"].append({"source": "answer", "target": "ghost"})
     flow = tmp_path / "bad.yml"
     flow.write_text(yaml.safe_dump(doc))
@@ -187,10 +185,7 @@ def test_validate_prints_all_problems_and_exits_2(tmp_path: Path) -> None:
         'node llm "Chat model" (llm): retry_config.max_retries must be an integer between 0 and 10, got "three"'
         in result.stderr
     )
-    assert (
-        'node k "KB" (knowledge-retrieval): node type "knowledge-retrieval" is not supported yet'
-        in result.stderr
-    )
+    assert 'node k "KB" (agent): node type "agent" is not supported yet' in result.stderr
     assert "connects node ghost, which does not exist" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -205,5 +200,5 @@ def test_validate_examples_and_missing_or_broken_files(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yml"
     broken.write_text("kind: app\napp: {mode: workflow\n")
     bad_yaml = firstgate("run", str(broken))
-    assert bad_yaml.returncode == 2 and "is not valid YAML" in bad_yaml.stderr
+    assert bad_yaml.returncode == 2 and "not valid YAML" in bad_yaml.stderr
     assert "Traceback" not in missing.stderr + bad_yaml.stderr

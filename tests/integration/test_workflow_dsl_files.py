@@ -115,16 +115,20 @@ def test_retry_config_message_names_node_title_type_field_and_value(tmp_path: Pa
 
 def test_a_dify_node_type_not_supported_yet_is_refused_by_name(tmp_path: Path) -> None:
     doc = copy.deepcopy(GOOD)
-    doc["workflow"]["graph"]["nodes"].append({"id": "x", "data": {"type": "code", "title": "Py"}})
+    doc["workflow"]["graph"]["nodes"].append({"id": "x", "data": {"type": "agent", "title": "Ag"}})
     (message,) = problems(tmp_path, doc)
-    assert message == 'node x "Py" (code): node type "code" is not supported yet'
+    assert message == 'node x "Ag" (agent): node type "agent" is not supported yet'
 
 
 def test_unknown_node_type_lists_supported_types(tmp_path: Path) -> None:
     doc = copy.deepcopy(GOOD)
-    doc["workflow"]["graph"]["nodes"].append({"id": "x", "data": {"type": "frob", "title": "F"}})
+    doc["workflow"]["graph"]["nodes"].append(
+        {"id": "x", "data": {"type": "no-such-node", "title": "Py"}}
+    )
     (message,) = problems(tmp_path, doc)
-    assert message.startswith('node x "F" (frob): unsupported node type "frob"; supported types: ')
+    assert message.startswith(
+        'node x "Py" (no-such-node): unsupported node type "no-such-node"; supported types: '
+    )
     assert "if-else" in message and "template-transform" in message and "llm" in message
 
 
@@ -213,7 +217,7 @@ def test_bad_yaml_and_missing_file_are_dsl_errors(tmp_path: Path) -> None:
     bad.write_text("app: [unclosed\n", encoding="utf-8")
     with pytest.raises(DslError) as info:
         load_workflow(bad)
-    assert "is not valid YAML (line 2" in str(info.value)
+    assert str(info.value).startswith(f"{bad}, line 2, column 1: not valid YAML: ")
     with pytest.raises(DslError) as info:
         load_workflow(tmp_path / "missing.yml")
     assert str(info.value) == f"file not found: {tmp_path / 'missing.yml'}"

@@ -32,7 +32,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCANNED_DIRS = ("runtime", "nodes", "plugin_daemon_client", "connectors", "locales", "store")
+SCANNED_DIRS = (
+    "runtime",
+    "nodes",
+    "plugin_daemon_client",
+    "sandbox",
+    "connectors",
+    "locales",
+    "store",
+)
 KEY_PREFIXES = ("errors.", "watchdog.", "dsl.", "cli.", "nodes.")
 KEY_SHAPE = re.compile(r"(?:errors|watchdog|dsl|cli|nodes)(?:\.[A-Za-z][A-Za-z0-9_]*)+")
 # A key prefix names at least one level below the namespace ("errors.invoke."):

@@ -1,0 +1,61 @@
+"""The one interface every code executor implements, and the limits a code
+node checks its outputs against.
+
+`execute(language, code, inputs)` runs `main(**inputs)` (Python) or
+`main(inputs)` (JavaScript) of untrusted code somewhere it cannot hurt the
+runtime and returns the object `main` returned; `language="jinja2"` renders a
+template with `inputs` as its variables and returns `{"result": text}`. Every
+failure is a `sandbox.errors.CodeExecutionError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+Language = Literal["python3", "javascript", "jinja2"]
+
+
+class Cancellable(Protocol):
+    """The run's cancel token, as the sandbox sees it."""
+
+    def attached(self, on_cancel: Callable[[str], None]) -> AbstractContextManager[None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLimits:
+    """How a code node checks what `main` returned. The defaults are Dify's
+    (`CODE_MAX_*` in its configuration)."""
+
+    max_string_length: int = 400_000
+    max_number: int | float = 9223372036854775807
+    min_number: int | float = -9223372036854775807
+    max_precision: int = 20
+    max_depth: int = 5
+    max_string_array_length: int = 30
+    max_object_array_length: int = 30
+    max_number_array_length: int = 1000
+
+
+class CodeExecutor(Protocol):
+    output_limits: OutputLimits
+
+    def start(self) -> None:
+        """Get ready (start workers, check the service); idempotent."""
+        ...
+
+    def execute(
+        self,
+        language: Language,
+        code: str,
+        inputs: Mapping[str, Any],
+        *,
+        cancel: Cancellable | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]: ...
+
+    def close(self) -> None:
+        """Stop everything it started; idempotent."""
+        ...

@@ -1,0 +1,258 @@
+"""What runs inside one job's process (a fork of the worker): confinement of
+the process, then the user's Python code, a Jinja2 template, or an exec of
+Node.js with the JavaScript runner.
+
+Stdlib only (plus Jinja2 for template jobs). The result is one JSON object
+written to RESULT_FD: {"status": "ok", "result": {...}} or
+{"status": "error", "kind": ..., ...}; the worker classifies everything else
+(signals, exit codes) itself.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import resource
+import signal
+import struct
+import sys
+import tempfile
+import traceback
+from typing import Any
+
+import seccomp
+
+RESULT_FD = 3
+JOB_FD = 4
+_PR_SET_PDEATHSIG = 1
+_LENGTH = struct.Struct(">I")
+
+with open(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.js"), encoding="utf-8"
+) as _fh:
+    NODE_RUNNER = _fh.read()
+
+# Python audit events that mean "tried to leave the sandbox": turned into a clear
+# error for the user. The kernel filters are what actually stop the call.
+NETWORK_EVENTS = frozenset(
+    {"socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo",
+     "socket.gethostbyname", "socket.gethostbyaddr", "socket.sendto", "socket.sendmsg"}
+)  # fmt: skip
+PROCESS_EVENTS = frozenset(
+    {"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system",
+     "subprocess.Popen", "pty.spawn"}
+)  # fmt: skip
+
+
+class SandboxViolation(PermissionError):
+    """Raised inside user code when it tries something the sandbox forbids."""
+
+
+# ---- the process
+
+
+def prepare(config: dict[str, Any], job_dir: str, keep: dict[int, int], *, for_node: bool) -> None:
+    """Descriptors, directory, environment and limits of a fresh job process.
+
+    `keep` maps the descriptors to keep onto the numbers they must have; every
+    other inherited descriptor (the worker's socket to the runtime above all)
+    is closed.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the worker died: so do we
+    null = os.open(os.devnull, os.O_RDWR)
+    moved = {target: os.dup(source) for target, source in keep.items()}  # no clobbering
+    for target, source in [(0, null), (1, null), *moved.items()]:
+        os.dup2(source, target)
+    os.closerange(max(keep) + 1, 1 << 16)
+    os.chdir(job_dir)
+    os.environ.clear()
+    os.environ.update(config["env"] | {"HOME": job_dir, "TMPDIR": job_dir})
+    tempfile.tempdir = job_dir
+    for sig in (signal.SIGXCPU, signal.SIGXFSZ, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    set_limits(config["limits"], for_node=for_node)
+    seccomp.install(seccomp.job_rules(os.getpid(), allow_exec=for_node))
+
+
+def set_limits(limits: dict[str, Any], *, for_node: bool) -> None:
+    mib = 1024 * 1024
+    cpu = max(1, -int(-float(limits["cpu_s"]) // 1))  # whole seconds, rounded up
+    memory = int(limits["memory_mb"]) * mib
+    pairs = [
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_DATA, (memory, memory)),
+        (resource.RLIMIT_FSIZE, (int(limits["file_size_mb"]) * mib,) * 2),
+        (resource.RLIMIT_NOFILE, (int(limits["open_files"]),) * 2),
+        (resource.RLIMIT_NPROC, (int(limits["processes"]),) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ]
+    if not for_node:  # V8 reserves gigabytes of address space it never touches
+        pairs.append((resource.RLIMIT_AS, (memory, memory)))
+    for which, value in pairs:
+        resource.setrlimit(which, value)
+
+
+def read_job(fd: int) -> dict[str, Any]:
+    (size,) = _LENGTH.unpack(_read_exact(fd, _LENGTH.size))
+    return json.loads(_read_exact(fd, size))
+
+
+def _read_exact(fd: int, size: int) -> bytes:
+    parts: list[bytes] = []
+    while size:
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            raise EOFError("the worker closed the job pipe")
+        parts.append(chunk)
+        size -= len(chunk)
+    return b"".join(parts)
+
+
+def write_result(result: dict[str, Any]) -> None:
+    try:
+        data = json.dumps(result, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        frame = {"status": "error", "kind": "not_json", "detail": str(exc)[:500]}
+        data = json.dumps(frame).encode("utf-8")
+    view = memoryview(data)
+    while view:
+        view = view[os.write(RESULT_FD, view) :]
+    os.close(RESULT_FD)  # end of the result: the worker answers at once
+
+
+# ---- Python and Jinja2
+
+
+def run_python(job: dict[str, Any], network: bool) -> dict[str, Any]:
+    violations: list[str] = []
+    me = os.getpid()
+
+    def audit(event: str, args: tuple[Any, ...]) -> None:
+        kind = None
+        if event in PROCESS_EVENTS:
+            kind = "process"
+        elif event in NETWORK_EVENTS and not network:
+            kind = "network"
+        elif event in ("os.kill", "os.killpg") and args and args[0] not in (me, 0):
+            kind = "signal"
+        if kind is not None:
+            violations.append(kind)
+            raise SandboxViolation(errno.EPERM, f"{kind} access is not allowed in the sandbox")
+
+    sys.addaudithook(audit)
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        exec(compile(job["code"], "<code>", "exec"), namespace)
+        main = namespace.get("main")
+        if not callable(main):
+            return {"status": "error", "kind": "no_main"}
+        result = main(**job["inputs"])
+        if not isinstance(result, dict):
+            return {"status": "error", "kind": "not_dict", "type": type(result).__name__}
+        return {"status": "ok", "result": result}
+    except MemoryError:
+        namespace.clear()
+        return {"status": "error", "kind": "memory"}
+    except BaseException as exc:  # noqa: BLE001 - the user's error, reported
+        namespace.clear()
+        if violations:
+            return {"status": "error", "kind": "violation", "operation": violations[-1]}
+        if _has_errno(exc, errno.EMFILE):
+            return {"status": "error", "kind": "open_files"}
+        return {"status": "error", "kind": "exception", **describe(exc)}
+
+
+def _has_errno(exc: BaseException | None, code: int) -> bool:
+    for _ in range(10):
+        if exc is None:
+            return False
+        if isinstance(exc, OSError) and exc.errno == code:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def describe(exc: BaseException) -> dict[str, Any]:
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename in ("<code>", "<template>"):
+            line = frame.lineno
+    if isinstance(exc, SyntaxError) and exc.filename in ("<code>", "<unknown>", None):
+        line = exc.lineno
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "line": line}
+
+
+def run_jinja(job: dict[str, Any]) -> dict[str, Any]:
+    from jinja2.sandbox import SandboxedEnvironment
+
+    limit = int(job.get("max_chars") or 0)
+    try:
+        env = SandboxedEnvironment(**job.get("options", {}))
+        parts: list[str] = []
+        size = 0
+        for piece in env.from_string(job["code"]).generate(**job["inputs"]):
+            size += len(piece)
+            if limit and size > limit:
+                return {"status": "error", "kind": "text_too_long", "size": size, "limit": limit}
+            parts.append(piece)
+        return {"status": "ok", "result": {"result": "".join(parts)}}
+    except MemoryError:
+        return {"status": "error", "kind": "memory"}
+    except BaseException as exc:  # noqa: BLE001 - the template's error, reported
+        return {"status": "error", "kind": "exception", **describe(exc)}
+
+
+def serve_warm(config: dict[str, Any], job_dir: str, job_r: int, out_w: int, err_w: int) -> None:
+    """A pre-forked job process: confined before its job exists, then waits for it."""
+    code = 70
+    try:
+        prepare(config, job_dir, {2: err_w, RESULT_FD: out_w, JOB_FD: job_r}, for_node=False)
+        job = read_job(JOB_FD)
+        os.close(JOB_FD)
+        if job["language"] == "jinja2":
+            result = run_jinja(job)
+        else:
+            result = run_python(job, bool(config["network"]))
+        write_result(result)
+        code = 0
+    except BaseException:  # noqa: BLE001 - nothing may escape into the worker's loop
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+# ---- JavaScript
+
+
+def serve_node(
+    config: dict[str, Any], job: dict[str, Any], job_dir: str, out_w: int, err_w: int
+) -> None:
+    """A job process for JavaScript: writes the job for the runner, confines
+    itself and becomes Node.js (the filters and limits carry over the exec)."""
+    code = 70
+    try:
+        node = config.get("node")
+        if not node:
+            os.dup2(out_w, RESULT_FD)
+            write_result({"status": "error", "kind": "runtime_missing", "runtime": "Node.js"})
+            os._exit(0)
+        # Written before the limits apply: the file-size limit is for the user's code.
+        with open(os.path.join(job_dir, "job.json"), "w", encoding="utf-8") as fh:
+            json.dump({"code": job["code"], "inputs": job["inputs"]}, fh, ensure_ascii=False)
+        with open(os.path.join(job_dir, "runner.js"), "w", encoding="utf-8") as fh:
+            fh.write(NODE_RUNNER)
+        prepare(config, job_dir, {2: err_w, RESULT_FD: out_w}, for_node=True)
+        heap = max(16, int(config["limits"]["memory_mb"]) // 2)
+        env = dict(os.environ) | {"FIRSTGATE_NETWORK": str(int(bool(config["network"])))}
+        os.execve(node, [node, f"--max-old-space-size={heap}", "runner.js"], env)
+    except BaseException:  # noqa: BLE001 - nothing may escape into the worker's loop
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    finally:
+        os._exit(code)
