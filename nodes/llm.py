@@ -33,8 +33,10 @@ from nodes.llm_prompt import (
     MemoryConfig,
     PromptConfig,
     PromptMessage,
+    VisionConfig,
     build_messages,
     prompt_selectors,
+    shown_prompt,
 )
 from nodes.selectors import Selector
 
@@ -56,10 +58,6 @@ class ModelConfig(DslModel):
     name: str = ""
     mode: Literal["chat", "completion"] = "chat"
     completion_params: dict[str, Any] = Field(default_factory=dict)
-
-
-class VisionConfig(DslModel):
-    enabled: bool = False
 
 
 class StructuredOutput(DslModel):
@@ -113,12 +111,7 @@ class Data(BaseNodeData):
 
     @model_validator(mode="after")
     def _unsupported_features(self) -> Data:
-        # Refused by name rather than run without them.
-        if self.vision.enabled:
-            raise dsl_error(
-                "dsl.node.visionUnsupported",
-                "vision (image input) is not supported yet; turn vision off in this node",
-            )
+        # Refused by name rather than run without it.
         if self.structured_output_enabled:
             raise dsl_error(
                 "dsl.node.structuredOutputUnsupported",
@@ -149,7 +142,9 @@ class Data(BaseNodeData):
 
 
 def selectors(data: Data) -> list[Selector]:
-    return prompt_selectors(data.messages, data.prompt_config, data.context, data.memory)
+    return prompt_selectors(
+        data.messages, data.prompt_config, data.context, data.memory, data.vision
+    )
 
 
 def output_names(data: Data) -> set[str]:
@@ -160,7 +155,7 @@ def needs(data: Data) -> Needs:
     return Needs(model_providers=frozenset({data.model.provider}), streams=frozenset({"text"}))
 
 
-def messages_for(data: Data, ctx: NodeContext) -> list[dict[str, str]]:
+def messages_for(data: Data, ctx: NodeContext) -> list[dict[str, Any]]:
     return build_messages(
         data.messages,
         completion=data.model.mode == "completion",
@@ -170,6 +165,7 @@ def messages_for(data: Data, ctx: NodeContext) -> list[dict[str, str]]:
         variables=ctx.variables,
         history=ctx.history,
         in_chat=bool(ctx.variables.get(("sys", "conversation_id"))),
+        vision=data.vision,
     )
 
 
@@ -222,7 +218,7 @@ class _Call:
 
     data: Data
     ctx: NodeContext
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     parameters: dict[str, Any]
     stop: list[str] | None
     prompt_tokens: int
@@ -378,7 +374,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             "model_mode": data.model.mode,
             "model_provider": data.model.provider,
             "model_name": data.model.name,
-            "prompts": messages,
+            "prompts": shown_prompt(messages),
             **_process_data(call, budgets, answered),
         },
     )

@@ -3,10 +3,14 @@ knowledge context and Jinja2 messages), then in a chatflow the conversation's
 earlier turns (the node's `memory`: a window of turns; role prefixes for
 completion models) and the user's query (`query_prompt_template`, by default
 `{{#sys.query#}}`). Messages that render empty are dropped, as Dify drops them.
+With `vision` on, image files (`sys.files`, or the files the vision selector
+names) go with the last user message as OpenAI-style `image_url` parts; a local
+image travels as a data URI.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -14,6 +18,7 @@ from pydantic import Field
 
 from nodes.base import ChatTurn, NodeRunError, VariableReader
 from nodes.config import DslModel, OptionalSelector, SelectorField, between
+from nodes.files import DEFAULT_SIZE_LIMITS, File, FileType
 from nodes.jinja import render_jinja
 from nodes.selectors import Selector, template_selectors
 from nodes.values import as_text, render_text
@@ -50,6 +55,20 @@ class ContextConfig(DslModel):
         return self.variable_selector if self.enabled else None
 
 
+class VisionSettings(DslModel):
+    detail: Literal["high", "low"] = "high"
+    variable_selector: OptionalSelector = None  # the editor writes [] for "sys.files"
+
+
+class VisionConfig(DslModel):
+    enabled: bool = False
+    configs: VisionSettings = Field(default_factory=VisionSettings)
+
+    @property
+    def files_selector(self) -> Selector:
+        return self.configs.variable_selector or ("sys", "files")
+
+
 class MemoryWindow(DslModel):
     enabled: bool = False
     size: Annotated[int, between(1, 10_000)] | None = None
@@ -83,6 +102,7 @@ def prompt_selectors(
     config: PromptConfig,
     context: ContextConfig,
     memory: MemoryConfig | None,
+    vision: VisionConfig | None = None,
 ) -> list[Selector]:
     found: list[Selector] = []
     for message in messages:
@@ -93,6 +113,8 @@ def prompt_selectors(
         found.append(context.selector)
     if memory is not None and memory.enabled:
         found.extend(template_selectors(memory.query))
+    if vision is not None and vision.enabled and vision.configs.variable_selector:
+        found.append(vision.configs.variable_selector)
     return found
 
 
@@ -134,7 +156,8 @@ def build_messages(
     variables: VariableReader,
     history: Sequence[ChatTurn],
     in_chat: bool,
-) -> list[dict[str, str]]:
+    vision: VisionConfig | None = None,
+) -> list[dict[str, Any]]:
     """The messages sent to the model. `in_chat`: the run has a conversation
     (Dify gives an LLM node memory only then)."""
     context_text = ""
@@ -159,10 +182,61 @@ def build_messages(
         else:
             rendered.extend(_history_messages(history, memory.turns))
             rendered.append({"role": "user", "content": query})
-    kept = [m for m in rendered if m["content"].strip()]
+    kept: list[dict[str, Any]] = [m for m in rendered if m["content"].strip()]
+    if vision is not None and vision.enabled:
+        _attach_images(kept, _images(variables.get(vision.files_selector)), vision.configs.detail)
     if not kept:
         raise NodeRunError("dsl.node.emptyPrompt")
     return kept
+
+
+def _images(value: Any) -> list[File]:
+    found = value if isinstance(value, list) else [value]
+    return [f for f in found if isinstance(f, File) and f.type is FileType.IMAGE]
+
+
+def image_url(file: File) -> str:
+    """Where the model gets the image: its URL, or its bytes as a data URI."""
+    if file.remote_url:
+        return file.remote_url
+    data = file.read_bytes(DEFAULT_SIZE_LIMITS[FileType.IMAGE])
+    return f"data:{file.mime_type};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _attach_images(messages: list[dict[str, Any]], images: list[File], detail: str) -> None:
+    """Dify puts the files with the last user message (a new one if there is none)."""
+    if not images:
+        return
+    users = [m for m in messages if m["role"] == "user"]
+    if users:
+        target = users[-1]
+    else:
+        target = {"role": "user", "content": ""}
+        messages.append(target)
+    parts: list[dict[str, Any]] = [{"type": "text", "text": target["content"]}]
+    parts.extend(
+        {"type": "image_url", "image_url": {"url": image_url(f), "detail": detail}} for f in images
+    )
+    target["content"] = parts
+
+
+def shown_prompt(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as events show them: an image's data URI as its length only."""
+    shown: list[dict[str, Any]] = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, list):
+            content = [_short_part(part) for part in content]
+        shown.append({**message, "content": content})
+    return shown
+
+
+def _short_part(part: dict[str, Any]) -> dict[str, Any]:
+    url = part.get("image_url", {}).get("url", "")
+    if isinstance(url, str) and url.startswith("data:"):
+        head = url.split(",", 1)[0]
+        return {**part, "image_url": {**part["image_url"], "url": f"{head},<{len(url)} chars>"}}
+    return part
 
 
 def _merge_completion_memory(rendered: list[dict[str, str]], histories: str, query: str) -> None:

@@ -8,7 +8,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nodes.base import FAIL_HANDLE, Role
 from nodes.registry import CONTAINER_PARTS, KNOWN_UNSUPPORTED, NODE_TYPES
 from runtime.dsl_models import Document, Edge, RawNode
 from runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
@@ -42,7 +41,6 @@ class _Loader:
         self.problems: list[Problem] = []
         # Nodes that failed validation: references to them are not reported twice.
         self.broken: set[str] = set()
-        self.dropped_edges = False
 
     def load(self) -> Workflow:
         try:
@@ -121,26 +119,10 @@ class _Loader:
             for end in missing:
                 self.problems.append(Problem("dsl.edge.missingNode", {"edge": name, "node": end}))
             if missing or edge.source not in nodes or edge.target not in nodes:
-                self.dropped_edges = True
                 continue  # the node itself was reported
-            source = nodes[edge.source]
-            allowed = source.spec.handles(source.data) | (
-                {FAIL_HANDLE} if source.has_fail_branch else set()
-            )
-            if edge.sourceHandle not in allowed:
-                self.problems.append(
-                    Problem(
-                        "dsl.edge.handle",
-                        {
-                            "edge": name,
-                            "handle": edge.sourceHandle,
-                            "allowed": ", ".join(sorted(allowed)),
-                        },
-                        _ref(source),
-                    )
-                )
-                self.dropped_edges = True
-                continue
+            # A handle the source never takes (a deleted if-else case, a fail
+            # branch on a node without that strategy) is kept, as Dify keeps it:
+            # the edge is simply never taken.
             edges.append(EdgeDef(name, edge.source, edge.target, edge.sourceHandle))
         return edges
 
@@ -165,14 +147,14 @@ class _Loader:
         return starts[0].id
 
     def _selectors(self, graph: Graph, env: dict[str, Any], conversation: set[str]) -> None:
+        # Whether the referenced node runs before the reader is not checked: Dify
+        # does not either (the value is whatever the node has produced by then,
+        # usually nothing), and real exports rely on it.
         for node in graph.nodes.values():
-            ancestors = graph.ancestors(node.id)
             for selector in node.spec.selectors(node.data):
                 if selector[0] in self.broken:
                     continue
-                # With broken nodes or edges left out, ancestry is incomplete: don't guess.
-                upstream = None if self.broken or self.dropped_edges else ancestors
-                problem = _check_selector(selector, node, graph, upstream, env, conversation)
+                problem = _check_selector(selector, node, graph, env, conversation)
                 if problem:
                     self.problems.append(problem)
             for selector in sorted(node.needs.writes):
@@ -215,7 +197,6 @@ def _check_selector(
     selector: tuple[str, ...],
     node: NodeDef,
     graph: Graph,
-    ancestors: set[str] | None,
     env: dict[str, Any],
     conversation: set[str],
 ) -> Problem | None:
@@ -258,11 +239,5 @@ def _check_selector(
                 "available": ", ".join(sorted(output_names(target))) or "(none)",
             },
             _ref(node),
-        )
-    # A response node may show a node that does not run before it (Dify's own
-    # fixtures do): its stream waits for that node, or leaves it out if skipped.
-    if ancestors is not None and head not in ancestors and node.spec.role is not Role.RESPONSE:
-        return Problem(
-            "dsl.selector.notUpstream", {"selector": text, "node": _label(target)}, _ref(node)
         )
     return None

@@ -211,3 +211,33 @@ def test_files_go_into_sys_files_checked_against_the_apps_upload_rules(tmp_path:
     assert getattr(refused.value, "message_key", "") == "dsl.input.file"
     assert "sys.files" in str(refused.value) and "1048576" in str(refused.value)
     assert "image" in str(wrong_type.value) and "document" in str(wrong_type.value)
+
+
+def test_vision_sends_images_with_the_last_user_message(tmp_path: Path) -> None:
+    workflow = load_workflow(FLOWS / "look_at_picture.yml")
+    picture = tmp_path / "cat.png"
+    picture.write_bytes(b"\x89PNG\r\n\x1a\nfake")
+    with fake.FakeLLMServer(fake.tokens(["a cat"])) as server:
+        with_image = list(
+            workflow.run(
+                query="what is this?",
+                files=[str(picture), "https://example.com/dog.jpg"],
+                settings=settings(server),
+            )
+        )
+        plain = list(workflow.run(query="hello", settings=settings(server)))
+        first, second = (r.json()["messages"] for r in server.requests)
+    assert answer_of(with_image) == "a cat"
+    assert first[0] == {"role": "system", "content": "Describe pictures."}
+    assert first[-1]["role"] == "user"
+    text, local, remote = first[-1]["content"]
+    assert text == {"type": "text", "text": "what is this?"}
+    assert local["image_url"]["detail"] == "low"
+    assert local["image_url"]["url"] == "data:image/png;base64,iVBORw0KGgpmYWtl"
+    assert remote["image_url"]["url"] == "https://example.com/dog.jpg"
+    assert second[-1] == {"role": "user", "content": "hello"}
+    assert isinstance(final(plain), ev.WorkflowSucceeded)
+    # The node's process data shows the prompt, but not the image's bytes.
+    (done,) = [e for e in with_image if isinstance(e, ev.NodeSucceeded) and e.node_id == "eyes"]
+    shown = done.process_data["prompts"][-1]["content"][1]["image_url"]["url"]
+    assert shown.startswith("data:image/png;base64,<") and "iVBOR" not in shown
