@@ -72,7 +72,14 @@ class _Loader:
 
     def _nodes(self, raw_nodes: list[dict[str, Any]]) -> dict[str, NodeDef]:
         nodes: dict[str, NodeDef] = {}
+        unrun_containers = _unrun_containers(raw_nodes)
         for index, raw_node in enumerate(raw_nodes):
+            parent = _container_of(raw_node)
+            if parent is not None and parent in unrun_containers:
+                # Inside a container that is refused as a whole: its nodes are
+                # part of it, not problems of their own.
+                self.broken.add(str(raw_node.get("id")))
+                continue
             try:
                 node = RawNode.model_validate(raw_node)
             except ValidationError as exc:
@@ -164,6 +171,25 @@ class _Loader:
                             "dsl.selector.notWritable", {"selector": ".".join(selector)}, _ref(node)
                         )
                     )
+
+
+def _container_of(raw_node: Any) -> str | None:
+    """The iteration or loop a node belongs to (`parentId`, or older `iteration_id`)."""
+    if not isinstance(raw_node, dict):
+        return None
+    data = raw_node.get("data") if isinstance(raw_node.get("data"), dict) else {}
+    parent = raw_node.get("parentId") or data.get("iteration_id") or data.get("loop_id")
+    return str(parent) if parent else None
+
+
+def _unrun_containers(raw_nodes: list[Any]) -> set[str]:
+    """Container nodes of a type this runtime does not run."""
+    found: set[str] = set()
+    for raw_node in raw_nodes:
+        data = raw_node.get("data") if isinstance(raw_node, dict) else None
+        if isinstance(data, dict) and str(data.get("type", "")) not in NODE_TYPES:
+            found.add(str(raw_node.get("id")))
+    return found
 
 
 def _unsupported(node_type: str, ref: NodeRef) -> Problem:
