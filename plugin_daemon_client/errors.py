@@ -2,42 +2,53 @@
 that maps low-level failures onto it.
 
 ```
-FirstGateError                      every error this package raises
+FirstGateError (LocalizedError)     every error this package raises
 ├── GateConfigError (ValueError)    a budget that is not a number
+│   ├── BudgetConfigError           a first-token budget setting that is not seconds
+│   ├── CeilingConfigError          a first-token ceiling that is not positive seconds
+│   └── FallbackConfigError         a fallback setting that is not milliseconds
+├── ClientConfigError (ValueError)  an LLMClient that cannot be built (kind, URL, key)
 ├── StreamError                     carries what had already arrived (progress)
-│   ├── StreamTimeoutError          a deadline of the gate fired
-│   │   ├── FirstTokenTimeoutError  no content token within the first-token budget
+│   ├── StreamTimeoutError          a deadline of the gate fired (`deadline` says which)
+│   │   ├── FirstTokenTimeoutError  no content token within the first-token budget (or ceiling)
 │   │   ├── IdleTimeoutError        tokens arrived, then the server went quiet
-│   │   └── StreamTotalTimeoutError data kept arriving past the absolute cap
+│   │   ├── StreamTotalTimeoutError data kept arriving past the absolute cap
+│   │   └── AttemptCapError         a fallback chain's per-attempt cap
 │   ├── StreamCancelledError        gate.cancel(): user or workflow abort
 │   ├── ConnectionLostError         the connection broke mid-response
+│   │   └── TruncatedBodyError      the body ended in the middle of a frame
 │   └── ProtocolError               the server spoke, but not the protocol
 │       ├── EmptyResponseError      clean close, no token, nobody aborted
 │       ├── FrameTooLargeError      an SSE line over the configured limit
 │       ├── MalformedFrameError     a frame that is not the JSON we expect
-│       └── UnexpectedContentTypeError  the body is not an event stream
+│       ├── UnexpectedContentTypeError  the body is not an event stream
+│       └── ReplyTooLargeError      the reply grew past the route's size cap
 ├── ConnectError                    could not reach the server at all
-└── InvokeError                     the server or provider refused the call
-    ├── RateLimitError              429, InvokeRateLimitError
-    ├── AuthorizationError          401/403, InvokeAuthorizationError
-    ├── BadRequestError             400/404/422, InvokeBadRequestError
-    ├── InvokeConnectionError       the provider could not reach its model
-    ├── ServerUnavailableError      502/503/504, InvokeServerUnavailableError
-    └── InvokeServerError           any other server-side failure
+├── InvokeError                     the server or provider refused the call
+│   ├── RateLimitError              429, InvokeRateLimitError
+│   ├── AuthorizationError          401/403, InvokeAuthorizationError
+│   ├── BadRequestError             400/404/422, InvokeBadRequestError
+│   ├── RedirectError               3xx: redirects are never followed
+│   ├── InvokeConnectionError       the provider could not reach its model
+│   ├── ServerUnavailableError      502/503/504, InvokeServerUnavailableError
+│   └── InvokeServerError           any other server-side failure
+└── FallbackExhaustedError          every fallback target that could be tried failed
+    ├── FallbackBudgetError         the chain's total budget ran out
+    └── NoFallbackTargetError       every target was skipped
 ```
 
 Every error has a `message_key` and `params` so a front end can render it in
-any locale (`locales.t`); `str(error)` is the stable English text for logs.
-`transient` says whether another attempt (a retry or a fallback target) may
-help. No message, param or repr contains a credential: everything that may
-carry server text goes through `redact` with the client's secrets.
+any locale (`render(locale)`); `str(error)` is the stable English text for
+logs. `transient` says whether another attempt (a retry or a fallback target)
+may help. Server text reaches an error only as `redaction.ServerText`, which
+the client's `Redactor` turns into a credential-free quote.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import httpcore
@@ -45,30 +56,26 @@ import httpx
 
 from locales.localized_error import LocalizedError
 
-# Which deadline fired. The values are part of the public surface (events, logs).
-FIRST_TOKEN = "first_token"
-IDLE = "idle"
-STREAM_TOTAL = "stream_total"
-CEILING = "ceiling"
-
-_EXCERPT_CHARS = 200
+from .redaction import ServerText
 
 
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """Replace every known secret in `text` with `***`."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+class Trip(StrEnum):
+    """Why a gate ended a stream. The values are part of the public surface
+    (`StreamTimeoutError.deadline`, `Gate.fired`, events, logs)."""
+
+    FIRST_TOKEN = "first_token"
+    IDLE = "idle"
+    STREAM_TOTAL = "stream_total"
+    CEILING = "ceiling"
+    ATTEMPT_CAP = "attempt_cap"
+    CANCELLED = "cancelled"
 
 
-def excerpt(data: bytes | str, secrets: Iterable[str] = ()) -> str:
-    """A short, credential-free quote of what the server sent."""
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    text = redact(text, secrets)
-    if len(text) > _EXCERPT_CHARS:
-        text = text[:_EXCERPT_CHARS] + "…"
-    return repr(text)
+FIRST_TOKEN = Trip.FIRST_TOKEN
+IDLE = Trip.IDLE
+STREAM_TOTAL = Trip.STREAM_TOTAL
+CEILING = Trip.CEILING
+ATTEMPT_CAP = Trip.ATTEMPT_CAP
 
 
 def _seconds(value: float) -> str:
@@ -107,6 +114,10 @@ class GateConfigError(FirstGateError, ValueError):
     message_key = "errors.config.invalidTimeout"
 
 
+class ClientConfigError(FirstGateError, ValueError):
+    """An `LLMClient` that cannot be built: unknown kind, bad base_url, unusable key."""
+
+
 class ConnectError(FirstGateError):
     message_key = "errors.connect"
     transient = True
@@ -115,7 +126,7 @@ class ConnectError(FirstGateError):
 class StreamError(FirstGateError):
     """An error after the request was sent; `progress` is what had arrived."""
 
-    deadline: str | None = None
+    deadline: Trip | None = None
 
     def __init__(
         self,
@@ -173,6 +184,12 @@ class ConnectionLostError(StreamError):
     transient = True
 
 
+class TruncatedBodyError(ConnectionLostError):
+    """The body ended in the middle of a frame (a short Content-Length, a cut connection)."""
+
+    message_key = "errors.truncatedBody"
+
+
 class ProtocolError(StreamError):
     message_key = "errors.malformedFrame"
 
@@ -192,6 +209,12 @@ class MalformedFrameError(ProtocolError):
 
 class UnexpectedContentTypeError(ProtocolError):
     message_key = "errors.unexpectedContentType"
+
+
+class ReplyTooLargeError(ProtocolError):
+    """The reply grew past the route's `max_reply_bytes`; another attempt would too."""
+
+    message_key = "errors.replyTooLarge"
 
 
 class InvokeError(FirstGateError):
@@ -233,6 +256,13 @@ class AuthorizationError(InvokeError):
 
 class BadRequestError(InvokeError):
     message_key = "errors.invoke.badRequest"
+
+
+class RedirectError(InvokeError):
+    """A 3xx answer. Redirects are never followed (one could take the key to another
+    host), and asking again gets the same answer: not transient."""
+
+    message_key = "errors.invoke.redirect"
 
 
 class InvokeConnectionError(InvokeError):
@@ -293,46 +323,48 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 def timeout_error(
-    deadline: str, progress: StreamProgress, *, budget_s: float, ceiling_knob: str = ""
+    deadline: Trip, progress: StreamProgress, *, budget_s: float, **params: Any
 ) -> StreamTimeoutError:
-    """Build the timeout error for the deadline that fired, with an honest message."""
-    if deadline == FIRST_TOKEN:
+    """Build the timeout error for the deadline that fired, with an honest message.
+    `params`: `knob` for the ceiling, `target` for an attempt cap."""
+    budget = _seconds(budget_s)
+    if deadline is Trip.FIRST_TOKEN:
         key = (
             "errors.firstTokenTimeout.accepted"
             if progress.headers_received
             else "errors.firstTokenTimeout.notAccepted"
         )
-        return FirstTokenTimeoutError(key, progress=progress, budget=_seconds(budget_s))
-    if deadline == CEILING:
+        return FirstTokenTimeoutError(key, progress=progress, budget=budget)
+    if deadline is Trip.CEILING:
         err = FirstTokenTimeoutError(
-            "errors.firstTokenTimeout.ceiling",
-            progress=progress,
-            ceiling=_seconds(budget_s),
-            knob=ceiling_knob,
+            "errors.firstTokenTimeout.ceiling", progress=progress, ceiling=budget, **params
         )
-        err.deadline = CEILING
+        err.deadline = Trip.CEILING
         return err
-    if deadline == IDLE:
-        return IdleTimeoutError(progress=progress, idle=_seconds(budget_s))
-    if deadline == STREAM_TOTAL:
-        return StreamTotalTimeoutError(progress=progress, cap=_seconds(budget_s))
-    raise AssertionError(f"unknown deadline {deadline!r}")
+    if deadline is Trip.IDLE:
+        return IdleTimeoutError(progress=progress, idle=budget)
+    if deadline is Trip.STREAM_TOTAL:
+        return StreamTotalTimeoutError(progress=progress, cap=budget)
+    if deadline is Trip.ATTEMPT_CAP:
+        return AttemptCapError(progress=progress, cap=budget, **params)
+    raise AssertionError(f"not a deadline: {deadline!r}")
 
 
 def map_transport_exception(
-    exc: BaseException, progress: StreamProgress, *, url: str, secrets: Iterable[str] = ()
+    exc: BaseException, progress: StreamProgress, *, url: str
 ) -> FirstGateError | None:
     """Map an httpx/httpcore failure (no gate involved) onto our hierarchy.
 
     Returns None for anything that is not a transport failure, so the caller
     re-raises it unchanged.
     """
-    detail = redact(str(exc) or type(exc).__name__, secrets)
+    # httpx's messages may quote what the server sent: server text.
+    detail = ServerText(str(exc) or type(exc).__name__)
     if isinstance(
         exc,
         httpx.ConnectError | httpx.ConnectTimeout | httpcore.ConnectError | httpcore.ConnectTimeout,
     ):
-        return ConnectError(url=redact(url, secrets), detail=detail)
+        return ConnectError(url=url, detail=detail)
     if isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException):
         # The caller's own httpx read timeout (not a gate deadline).
         if progress.tokens:
@@ -377,14 +409,11 @@ class FallbackConfigError(GateConfigError):
     message_key = "errors.config.invalidMilliseconds"
 
 
-ATTEMPT_CAP = "attempt_cap"
-
-
 class AttemptCapError(StreamTimeoutError):
     """A fallback chain stopped this attempt at its per-attempt cap (through the gate),
     so that the next target can be tried."""
 
-    deadline = ATTEMPT_CAP
+    deadline = Trip.ATTEMPT_CAP
     message_key = "errors.fallback.attemptCap"
 
 

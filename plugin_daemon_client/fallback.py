@@ -15,15 +15,17 @@ The rules (each tested on both sides of its boundary):
   value that is 0, negative, NaN, infinite or not a number falls through to
   the global value (never to "no cap", never to an instant kill) and is
   warned about once; so are map keys that name no target of the chain.
-- **How the cap is enforced.** With the gate: the attempt runs inside its
-  own gate and a timer calls `gate.cancel(reason)` at the cap. Cancel
-  records why first and shuts the socket down, so the attempt ends within
-  milliseconds in any phase (connect, headers, pings, a busy-extended
-  first-token wait, mid-reply) and is reported as `AttemptCapError`, which
-  says it was our cap. Shrinking the gate's stream-total deadline instead
-  would have reported "data kept arriving, not a stall", which is false
-  for an attempt that never produced a token. A watchdog probe that is in
-  flight when the cap fires delays the end by at most the probe timeout.
+- **How the cap is enforced.** By the gate: the attempt runs inside its own
+  gate, and the chain gives that gate the cap as a named deadline
+  (`Gate.cap_attempt`) before the attempt starts. The gate folds it into the
+  deadline every connect, write and read waits for, so the attempt ends at
+  the cap in any phase (connect, sending, headers, pings, a busy-extended
+  first-token wait, mid-reply), with no timer thread, and the gate records
+  the typed cause: `AttemptCapError`, which says it was our cap (shrinking
+  the stream-total deadline instead would have reported "data kept
+  arriving, not a stall", false for an attempt that never produced a
+  token). A watchdog probe that is in flight when the cap passes delays the
+  end by at most the probe timeout.
 - **Total budget.** `swap_total_budget_ms` on a monotonic clock; each
   attempt gets min(cap, remaining). When less than the 250 ms floor
   remains, the chain stops and fails closed (`FallbackBudgetError`)
@@ -58,6 +60,7 @@ from urllib.parse import urlsplit
 
 import locales
 
+from .durations import DurationError, positive_or_none, require_positive_seconds
 from .errors import (
     AttemptCapError,
     ConnectError,
@@ -112,11 +115,12 @@ class FallbackEvent:
 
 
 def _positive_ms(value: object) -> float | None:
-    """The value as positive finite milliseconds, or None if it is anything else."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """The value as positive finite milliseconds, or None if it is anything else
+    (a cap never becomes "no cap" nor an instant kill: the caller falls through)."""
+    try:
+        return positive_or_none(value)
+    except DurationError:
         return None
-    ms = float(value)
-    return ms if math.isfinite(ms) and ms > 0 else None
 
 
 def _fmt_ms(value: float) -> str:
@@ -215,11 +219,10 @@ class FallbackPolicy:
 def _total_budget(value: object) -> float | None:
     """None, 0, negative, NaN or infinite: no total budget (the house rule for
     timeouts); anything that is not a number is a configuration error."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise FallbackConfigError(name=KEY_TOTAL, value=repr(value)[:60])
-    return _positive_ms(value)
+    try:
+        return positive_or_none(value)
+    except DurationError:
+        raise FallbackConfigError(name=KEY_TOTAL, value=repr(value)[:60]) from None
 
 
 # --- circuit breakers ------------------------------------------------------------
@@ -255,12 +258,8 @@ class CircuitBreakers:
     ) -> None:
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
             raise ValueError(f"breaker threshold must be a positive integer, got {threshold!r}")
-        if not (
-            isinstance(cooldown_s, int | float) and math.isfinite(cooldown_s) and cooldown_s > 0
-        ):
-            raise ValueError(f"breaker cooldown must be positive seconds, got {cooldown_s!r}")
         self.threshold = threshold
-        self.cooldown_s = float(cooldown_s)
+        self.cooldown_s = require_positive_seconds(cooldown_s, "breaker cooldown")
         self._clock = clock
         self._lock = threading.Lock()
         self._failures: dict[str, int] = {}
@@ -322,7 +321,7 @@ def _default_gate() -> AbstractContextManager[Gate]:
 @dataclass(frozen=True)
 class Target(Generic[T]):
     """One link of the chain. `attempt()` runs inside the gate `open_gate()` opens
-    (the walker adds the cap timer to it), so its model requests obey both."""
+    (the walker adds its attempt cap to it), so its model requests obey both."""
 
     name: str
     attempt: Callable[[], T]
@@ -362,15 +361,6 @@ class _Failed:
     busy: bool | None = None  # decided lazily: only a same-origin target needs it
 
 
-TimerFactory = Callable[[float, Callable[[], None]], "threading.Timer"]
-
-
-def _thread_timer(seconds: float, fn: Callable[[], None]) -> threading.Timer:
-    timer = threading.Timer(seconds, fn)
-    timer.daemon = True
-    return timer
-
-
 class FallbackChain(Generic[T]):
     """Walks `targets` under `policy`. Reusable; thread-safe if its callbacks are."""
 
@@ -382,7 +372,6 @@ class FallbackChain(Generic[T]):
         breakers: BreakerBook | None = None,
         on_event: Callable[[FallbackEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        timer: TimerFactory = _thread_timer,
     ) -> None:
         if not targets:
             raise ValueError("a fallback chain needs at least one target")
@@ -394,7 +383,6 @@ class FallbackChain(Generic[T]):
         self.breakers: BreakerBook = breakers or CircuitBreakers(clock=clock)
         self._on_event = on_event
         self._clock = clock
-        self._timer = timer
         self._warned = False
         self._warn_lock = threading.Lock()
 
@@ -469,37 +457,17 @@ class FallbackChain(Generic[T]):
     # --- one attempt ---------------------------------------------------------
 
     def _attempt(self, target: Target[T], cap_ms: float) -> T:
-        reason = f"attempt cap {_fmt_s(cap_ms)} s for {target.name}"
         with target.open_gate() as gate:
-            timer = self._timer(cap_ms / 1000.0, lambda: gate.cancel(reason))
-            timer.start()
+            gate.cap_attempt(cap_ms / 1000.0, target.name)
             try:
                 return target.attempt()
-            except FirstGateError as error:
-                tripped = gate.tripped
-                if (
-                    gate.fired == "cancelled"
-                    and tripped is not None
-                    and tripped.params.get("reason") == reason
-                ):
-                    capped = AttemptCapError(
-                        progress=getattr(tripped, "progress", None),
-                        target=target.name,
-                        cap=_fmt_s(cap_ms),
+            except AttemptCapError as capped:
+                self._emit(
+                    FallbackEvent(
+                        "cap_fired", "attempt_cap", target.name, capped.message_key, capped.params
                     )
-                    self._emit(
-                        FallbackEvent(
-                            "cap_fired",
-                            "attempt_cap",
-                            target.name,
-                            capped.message_key,
-                            capped.params,
-                        )
-                    )
-                    raise capped from error
+                )
                 raise
-            finally:
-                timer.cancel()
 
     # --- skipping and stopping -----------------------------------------------
 

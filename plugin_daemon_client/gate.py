@@ -5,15 +5,18 @@ ContextVar and bound every read by what the gate has left (see
 `network_backend`). No layer in between takes a new parameter.
 
 Deadlines are absolute monotonic times that the gate can move (trio's cancel
-scopes, not loose timers):
+scopes, not loose timers or threads):
 
 - first token: request start + budget; ended only by a *content* token
-  (the decoder calls `note_token`); the watchdog may move it when the
+  (the client calls `note_tokens`); the watchdog may move it when the
   backend reports it is still busy, never past the ceiling;
 - idle: last byte + budget, only after the first token;
-- stream total: request start + budget, never refreshed.
+- stream total: request start + budget, never refreshed;
+- attempt cap: set by a fallback chain before the attempt starts
+  (`cap_attempt`), anchored then, and kept across `begin`.
 
-Whoever ends a stream records why first (`_trip`), under one lock, so a
+`next_deadline` folds them into the one the socket layer waits for. Whoever
+ends a stream records a typed cause first (`Trip`, under one lock), so a
 token is never both delivered and reported as timed out, and a socket that a
 cancel shut down is reported as that cancel, never as an empty success.
 """
@@ -33,13 +36,10 @@ import locales
 
 from .budgets import DEFAULT_CEILING_S, GateBudgets
 from .errors import (
-    CEILING,
-    FIRST_TOKEN,
-    IDLE,
-    STREAM_TOTAL,
     FirstGateError,
     StreamCancelledError,
     StreamProgress,
+    Trip,
     timeout_error,
 )
 
@@ -116,9 +116,11 @@ class Gate:
         self._first_token_deadline: float | None = None
         self._cap_deadline: float | None = None
         self._ceiling_deadline: float | None = None
+        # A fallback chain's per-attempt cap: (instant, seconds, target).
+        self._attempt_cap: tuple[float, float, str] | None = None
         self._last_byte: float | None = None
         self._tripped: FirstGateError | None = None
-        self._fired: str | None = None
+        self._fired: Trip | None = None
         self._sock: socket.socket | None = None
         self.extensions = 0
 
@@ -149,10 +151,29 @@ class Gate:
         return 0.0 if self._started is None else self._clock() - self._started
 
     @property
-    def fired(self) -> str | None:
-        """Which deadline fired ("first_token", "idle", "stream_total", "ceiling"),
-        "cancelled", or None."""
+    def fired(self) -> Trip | None:
+        """Why the gate ended the stream (which deadline, or a cancel), or None."""
         return self._fired
+
+    @property
+    def attempt_cap(self) -> float | None:
+        """The fallback chain's cap on this attempt, in seconds (None: no cap)."""
+        return None if self._attempt_cap is None else self._attempt_cap[1]
+
+    def cap_attempt(self, seconds: float, target: str) -> None:
+        """A fallback chain's cap on this attempt: `seconds` from now, whatever
+        phase the request is in; firing ends it with `AttemptCapError`."""
+        self._attempt_cap = (self._clock() + seconds, seconds, target)
+
+    def await_error_body(self, seconds: float) -> None:
+        """The server answered with an error status: no token will come, so the
+        first-token deadline no longer applies; its body gets at most `seconds`
+        (the stream-total deadline, brought forward). The attempt cap stays."""
+        at = self._clock() + seconds
+        with self._lock:
+            self._first_token_deadline = None
+            if self._cap_deadline is None or at < self._cap_deadline:
+                self._cap_deadline = at
 
     @property
     def tripped(self) -> FirstGateError | None:
@@ -160,16 +181,19 @@ class Gate:
 
     # --- what the socket layer asks ------------------------------------------
 
-    def next_deadline(self) -> tuple[float, str] | None:
+    def next_deadline(self) -> tuple[float, Trip] | None:
         """The earliest active deadline as (monotonic time, which)."""
-        best: tuple[float, str] | None = None
+        best: tuple[float, Trip] | None = None
         if self.progress.tokens == 0:
             if self._first_token_deadline is not None:
-                best = (self._first_token_deadline, FIRST_TOKEN)
+                best = (self._first_token_deadline, Trip.FIRST_TOKEN)
         elif self.budgets.idle is not None and self._last_byte is not None:
-            best = (self._last_byte + self.budgets.idle, IDLE)
+            best = (self._last_byte + self.budgets.idle, Trip.IDLE)
         if self._cap_deadline is not None and (best is None or self._cap_deadline < best[0]):
-            best = (self._cap_deadline, STREAM_TOTAL)
+            best = (self._cap_deadline, Trip.STREAM_TOTAL)
+        attempt = self._attempt_cap
+        if attempt is not None and (best is None or attempt[0] < best[0]):
+            best = (attempt[0], Trip.ATTEMPT_CAP)
         return best
 
     def attach(self, sock: socket.socket | None) -> None:
@@ -219,22 +243,27 @@ class Gate:
 
     # --- ending a stream ---------------------------------------------------
 
-    def expire(self, which: str) -> None:
+    def expire(self, which: Trip | str) -> None:
         """The read bounded by deadline `which` timed out.
 
         Returns normally when the wait was extended (keep reading on the same
         connection); raises GateTripped when the gate ends the stream.
         """
-        if which == FIRST_TOKEN and self.probe is not None:
+        which = Trip(which)
+        if which is Trip.ATTEMPT_CAP:
+            assert self._attempt_cap is not None
+            _, seconds, target = self._attempt_cap
+            self._trip(which, seconds, target=target)
+        if which is Trip.FIRST_TOKEN and self.probe is not None:
             if self._extend_if_busy():
                 return
         budget = {
-            FIRST_TOKEN: self.budgets.first_token,
-            IDLE: self.budgets.idle,
-            STREAM_TOTAL: self.budgets.stream_total,
+            Trip.FIRST_TOKEN: self.budgets.first_token,
+            Trip.IDLE: self.budgets.idle,
+            Trip.STREAM_TOTAL: self.budgets.stream_total,
         }[which]
-        if which == FIRST_TOKEN and self.extensions and self._ceiling_reached():
-            which, budget = CEILING, self.budgets.ceiling
+        if which is Trip.FIRST_TOKEN and self.extensions and self._ceiling_reached():
+            self._trip(Trip.CEILING, self.budgets.ceiling or 0.0, knob=CEILING_KNOB)
         self._trip(which, budget or 0.0)
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -243,20 +272,18 @@ class Gate:
             if self._tripped is None:
                 self.progress.elapsed_s = self.elapsed()
                 self._tripped = StreamCancelledError(progress=self.progress, reason=reason)
-                self._fired = "cancelled"
+                self._fired = Trip.CANCELLED
             sock = self._sock
         if sock is not None:
             _shutdown(sock)
 
-    def _trip(self, which: str, budget_s: float) -> None:
+    def _trip(self, which: Trip, budget_s: float, **params: Any) -> None:
         with self._lock:
             if self._tripped is None:
-                if which == FIRST_TOKEN and self.progress.tokens:
+                if which is Trip.FIRST_TOKEN and self.progress.tokens:
                     return  # a token won the race: the first-token deadline is disarmed
                 self.progress.elapsed_s = self.elapsed()
-                self._tripped = timeout_error(
-                    which, self.progress, budget_s=budget_s, ceiling_knob=CEILING_KNOB
-                )
+                self._tripped = timeout_error(which, self.progress, budget_s=budget_s, **params)
                 self._fired = which
             tripped = self._tripped
         raise GateTripped(tripped)
@@ -324,6 +351,13 @@ def first_token_gate(
     """
     budgets = GateBudgets.build(first_token_timeout, idle_timeout, stream_total_timeout, ceiling)
     gate = Gate(budgets, on_wait=on_wait, probe=probe, prompt_tokens=prompt_tokens)
+    with gate_in_context(gate):
+        yield gate
+
+
+@contextmanager
+def gate_in_context(gate: Gate) -> Iterator[Gate]:
+    """Make `gate` the current gate of this context; always reset on exit."""
     token = _current_gate.set(gate)
     try:
         yield gate

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpcore
 
+from .errors import Trip
 from .gate import Gate, current_gate
 
 
@@ -48,6 +49,23 @@ def _pending_bytes(sock: socket.socket | None) -> int:
     return max(0, struct.unpack("i", raw)[0])
 
 
+def _gate_bound(gate: Gate, timeout: float | None) -> tuple[float | None, Trip | None]:
+    """The wait for the next connect or send: `timeout` or what the gate has left,
+    whichever is shorter, and the deadline that binds it (None: the caller's own).
+    A deadline already passed expires first (the watchdog may extend it)."""
+    while True:
+        deadline = gate.next_deadline()
+        if deadline is None:
+            return timeout, None
+        left = deadline[0] - time.monotonic()
+        if left <= 0:
+            gate.expire(deadline[1])
+            continue
+        if timeout is None or left < timeout:
+            return left, deadline[1]
+        return timeout, None
+
+
 class GatedStream(httpcore.NetworkStream):
     """Wraps a real network stream; every read obeys the current gate."""
 
@@ -55,9 +73,9 @@ class GatedStream(httpcore.NetworkStream):
         self._inner = inner
         self._sock: socket.socket | None = inner.get_extra_info("socket")
         # Past a deadline: (that deadline, bytes that had already arrived when it passed).
-        self._grace: tuple[tuple[float, str], int] | None = None
+        self._grace: tuple[tuple[float, Trip], int] | None = None
 
-    def _grace_left(self, deadline: tuple[float, str]) -> int:
+    def _grace_left(self, deadline: tuple[float, Trip]) -> int:
         """How much a slow consumer may still read past `deadline`.
 
         Exactly what was already waiting when the deadline was first seen to
@@ -84,7 +102,7 @@ class GatedStream(httpcore.NetworkStream):
         while True:
             deadline = gate.next_deadline()
             bound = timeout
-            gate_binds = False
+            binding: Trip | None = None
             size = max_bytes
             grace = -1
             if deadline is not None:
@@ -99,14 +117,14 @@ class GatedStream(httpcore.NetworkStream):
                     size = min(max_bytes, grace)
                     left = 0.001
                 if timeout is None or left < timeout:
-                    bound, gate_binds = left, True
+                    bound, binding = left, deadline[1]
             try:
                 data = self._inner.read(size, bound)
             except httpcore.ReadTimeout:
-                if not gate_binds:
+                if binding is None:
                     raise  # the caller's own httpx read timeout
                 gate.raise_if_tripped()
-                gate.expire(deadline[1])  # type: ignore[index]
+                gate.expire(binding)
                 continue
             except (httpcore.ReadError, OSError):
                 gate.raise_if_tripped()  # our own shutdown: report why, not a read error
@@ -114,16 +132,45 @@ class GatedStream(httpcore.NetworkStream):
             # After our own shutdown a read returns b"" (a clean EOF): never let
             # that look like the server ending the stream.
             gate.raise_if_tripped()
-            if grace > 0:
-                self._grace = (deadline, grace - max(len(data), 1))  # type: ignore[assignment]
+            if grace > 0 and deadline is not None:
+                self._grace = (deadline, grace - max(len(data), 1))
             gate.note_bytes(len(data))
             return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         gate = current_gate()
-        if gate is not None and gate.active:
-            gate.attach(self._sock)
-        self._inner.write(buffer, timeout)
+        if gate is None or not gate.active or self._sock is None:
+            self._inner.write(buffer, timeout)
+            return
+        gate.attach(self._sock)
+        self._gated_write(gate, self._sock, memoryview(buffer), timeout)
+
+    @staticmethod
+    def _gated_write(
+        gate: Gate, sock: socket.socket, data: memoryview, timeout: float | None
+    ) -> None:
+        """Send everything, each `send` bounded by what the gate has left.
+
+        The first-token deadline bounds the write too: a server that accepts and
+        never reads must fire at the first-token budget, not at httpx's write
+        timeout. Like httpcore's own write, one `send` at a time, so a timeout
+        never loses track of what was sent.
+        """
+        while data:
+            bound, binding = _gate_bound(gate, timeout)
+            try:
+                sock.settimeout(bound)
+                sent = sock.send(data)
+            except TimeoutError as exc:
+                if binding is None:
+                    raise httpcore.WriteTimeout(exc) from exc  # the caller's own write timeout
+                gate.raise_if_tripped()
+                gate.expire(binding)
+                continue
+            except OSError as exc:
+                gate.raise_if_tripped()  # our own shutdown: report why, not a write error
+                raise httpcore.WriteError(exc) from exc
+            data = data[sent:]
 
     def close(self) -> None:
         self._inner.close()
@@ -163,22 +210,14 @@ class GatedBackend(httpcore.NetworkBackend):
         # The first-token deadline runs from the request, connect included: a
         # server whose accept queue is full must not get the connect timeout on top.
         while True:
-            deadline = gate.next_deadline()
-            bound, gate_binds = timeout, False
-            if deadline is not None:
-                left = deadline[0] - time.monotonic()
-                if left <= 0:
-                    gate.expire(deadline[1])
-                    continue
-                if timeout is None or left < timeout:
-                    bound, gate_binds = left, True
+            bound, binding = _gate_bound(gate, timeout)
             try:
                 stream = self._inner.connect_tcp(host, port, bound, local_address, socket_options)
             except httpcore.ConnectTimeout:
-                if not gate_binds:
+                if binding is None:
                     raise
                 gate.raise_if_tripped()
-                gate.expire(deadline[1])  # type: ignore[index]
+                gate.expire(binding)
                 continue
             gate.raise_if_tripped()
             return GatedStream(stream)

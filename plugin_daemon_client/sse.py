@@ -61,6 +61,11 @@ class SSEDecoder:
                 return [line[6:] for line in lines]
         return self._payloads(body.split(b"\n"))
 
+    @property
+    def pending(self) -> bytes:
+        """The unfinished last line kept so far."""
+        return self._buffer
+
     def close(self) -> list[bytes]:
         """The stream ended: a last line without a newline still counts."""
         tail, self._buffer = self._buffer, b""

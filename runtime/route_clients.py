@@ -17,6 +17,7 @@ from plugin_daemon_client.fallback import (
     FallbackPolicy,
 )
 from plugin_daemon_client.probes import DEFAULT_PROBE_TIMEOUT_S, make_probe
+from plugin_daemon_client.protocols import OpenAICompatible
 from runtime.breakers import RouteBreakers, shared_breakers
 from runtime.routes import ModelRoutes
 from runtime.settings.providers import LOCAL, ProviderRoute
@@ -113,18 +114,20 @@ class RouteClients:
 
     def _build_target(self, name: str, route: ProviderRoute) -> RouteTarget:
         api_key = os.environ.get(route.api_key_env) if route.api_key_env else None
+        reply_cap = {"max_reply_bytes": route.max_reply_bytes} if route.max_reply_bytes else {}
         if route.kind == LOCAL:
             base_url = self._start_local_locked()
-            client = LLMClient(kind="openai-compatible", base_url=base_url)
+            client = LLMClient(OpenAICompatible.kind, base_url, **reply_cap)
         else:
             assert route.base_url is not None  # the model validator requires it
             base_url = route.base_url
             client = LLMClient(
-                kind=route.kind,
-                base_url=base_url,
-                api_key=api_key,
-                tenant_id=route.tenant_id,
-                plugin_id=route.plugin_id,
+                route.kind,
+                base_url,
+                api_key,
+                route.tenant_id,
+                route.plugin_id,
+                **reply_cap,
             )
         self._stack.callback(client.close)
         # The probe gets the key only to send it to the route's own origin.

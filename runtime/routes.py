@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable
 
 from locales.localized_error import LocalizedError
+from plugin_daemon_client.redaction import MIN_SECRET_CHARS
 from runtime.settings.providers import LOCAL, ProviderRoute, ProvidersSection
 
 
@@ -64,10 +65,20 @@ class ModelRoutes:
 
     @staticmethod
     def _check_key(provider: str, name: str, route: ProviderRoute) -> None:
-        if route.api_key_env and not os.environ.get(route.api_key_env):
+        if not route.api_key_env:
+            return
+        key = os.environ.get(route.api_key_env)
+        if not key:
             raise RouteError(
-                "cli.models.missingKey",
+                "cli.models.missingKey", provider=provider, route=name, env=route.api_key_env
+            )
+        if len(key) < MIN_SECRET_CHARS:
+            # Refused: a key this short cannot be redacted from what servers echo
+            # without mangling ordinary words.
+            raise RouteError(
+                "cli.models.shortKey",
                 provider=provider,
                 route=name,
                 env=route.api_key_env,
+                min=MIN_SECRET_CHARS,
             )

@@ -1,10 +1,17 @@
 """Conversations, messages, runs, node executions and files, in a real database.
 
-`open_store(path)` opens (and migrates) the SQLite store; the runtime talks
-to it only through `store.base.Store`, so another backend is one module.
+`open_store(location)` opens (and migrates) the store: a PostgreSQL URL
+(`postgresql://user:password@host:port/db`) opens `store.postgres`, anything
+else is a SQLite file (`store.sqlite`). The runtime talks to it only through
+`store.base.Store`; the SQL is written once, in `store.relational`.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+
 from store.base import (
+    ConversationRecord,
     HistoryTurn,
     MessageRecord,
     RunRecord,
@@ -13,11 +20,25 @@ from store.base import (
     Turn,
     TurnResult,
     TurnState,
+    UploadRecord,
     VariableValue,
 )
-from store.sqlite import SQLiteStore, default_path, open_store
+from store.sqlite import SQLiteStore, default_path
+
+
+def open_store(location: str | Path | None = None) -> Store:
+    """The store at `location`: a PostgreSQL URL, a SQLite path, or None for the default file."""
+    if isinstance(location, str) and "://" in location:
+        from store.postgres import PostgresStore, is_postgres_url, redact_url
+
+        if not is_postgres_url(location):
+            raise StoreError("errors.store.unknownUrl", url=redact_url(location))
+        return PostgresStore(location)
+    return SQLiteStore(default_path() if location is None else location)
+
 
 __all__ = [
+    "ConversationRecord",
     "HistoryTurn",
     "MessageRecord",
     "RunRecord",
@@ -27,6 +48,7 @@ __all__ = [
     "Turn",
     "TurnResult",
     "TurnState",
+    "UploadRecord",
     "VariableValue",
     "default_path",
     "open_store",

@@ -103,6 +103,38 @@ class MessageRecord:
     error: str | None
     total_tokens: int
     created_at: float
+    # Filled in when read back from the store (the turn's run holds them).
+    conversation_id: str = ""
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    workflow_run_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRecord:
+    id: str
+    app_id: str
+    user_id: str
+    mode: str
+    name: str  # the first query, shortened (firstgate asks no model for a title)
+    inputs: Mapping[str, Any]  # the first turn's inputs
+    dialogue_count: int
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class UploadRecord:
+    """A file uploaded through the API (`POST /v1/files/upload`), kept on disk at `path`."""
+
+    id: str
+    app_id: str
+    user_id: str
+    name: str
+    size: int
+    extension: str  # without the dot, as Dify reports it
+    mime_type: str
+    path: str
+    created_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +205,44 @@ class Store(ABC):
         """Every message of a conversation, oldest first."""
 
     @abstractmethod
+    def message_page(
+        self, conversation_id: str, *, before_id: str | None, limit: int
+    ) -> tuple[list[MessageRecord], bool]:
+        """Up to `limit` messages older than `before_id` (the newest when None), oldest
+        first, and whether older ones remain. KeyError when `before_id` is unknown."""
+
+    @abstractmethod
+    def conversation(self, conversation_id: str) -> ConversationRecord | None: ...
+
+    @abstractmethod
+    def conversations(
+        self,
+        *,
+        app_id: str,
+        user_id: str,
+        after_id: str | None,
+        limit: int,
+        sort_by: str = "-updated_at",
+    ) -> tuple[list[ConversationRecord], bool]:
+        """A page of a user's conversations in `sort_by` order (`[-]created_at`,
+        `[-]updated_at`) after `after_id`, and whether more remain. KeyError when
+        `after_id` is not one of theirs."""
+
+    @abstractmethod
+    def delete_conversation(self, conversation_id: str, *, app_id: str, user_id: str) -> bool:
+        """Delete a conversation with its messages and runs; False when it is not theirs."""
+
+    @abstractmethod
+    def variables(self, conversation_id: str) -> dict[str, VariableValue]: ...
+
+    @abstractmethod
     def run(self, run_id: str) -> RunRecord | None: ...
+
+    @abstractmethod
+    def add_upload(self, upload: UploadRecord) -> None: ...
+
+    @abstractmethod
+    def upload(self, upload_id: str) -> UploadRecord | None: ...
 
     @abstractmethod
     def close(self) -> None: ...

@@ -1,1 +1,25 @@
-"""Wire protocols over the same streaming core: request builders and frame decoders."""
+"""Wire protocols behind one interface (`base.WireProtocol`), chosen by a route's `kind`.
+
+Adding a protocol is one module here and one line in `PROTOCOLS`.
+"""
+
+from __future__ import annotations
+
+from .base import ChatCall, Endpoint, StreamDecoder, WireProtocol
+from .openai_compatible import OpenAICompatible
+from .plugin_daemon import PluginDaemon
+
+PROTOCOLS: dict[str, type[WireProtocol]] = {
+    OpenAICompatible.kind: OpenAICompatible,
+    PluginDaemon.kind: PluginDaemon,
+}
+
+__all__ = [
+    "PROTOCOLS",
+    "ChatCall",
+    "Endpoint",
+    "OpenAICompatible",
+    "PluginDaemon",
+    "StreamDecoder",
+    "WireProtocol",
+]

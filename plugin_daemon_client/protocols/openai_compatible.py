@@ -4,35 +4,51 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from json.decoder import scanstring
 from typing import Any
 
-from ..errors import InvokeError, invoke_error_for_status, redact
+from ..errors import InvokeError, invoke_error_for_status
+from ..redaction import ServerText
+from .base import ChatCall, Item, StreamDecoder, WireProtocol
 from .frames import DONE, Frame, FrameError, Usage
 from .request import PreparedRequest
+from .sse_stream import SSEStream, item_of
 
 _DONE_MARK = b"[DONE]"
 
 
-def build_request(
-    *,
-    base_url: str,
-    api_key: str | None,
-    model: str,
-    messages: list[dict[str, Any]],
-    parameters: dict[str, Any],
-    stop: list[str] | None,
-) -> PreparedRequest:
-    body: dict[str, Any] = {**parameters, "model": model, "messages": messages, "stream": True}
-    body.setdefault("stream_options", {"include_usage": True})
-    if stop:
-        body["stop"] = stop
-    headers = {"Accept": "text/event-stream"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return PreparedRequest(
-        url=f"{base_url.rstrip('/')}/chat/completions", headers=headers, body=body
-    )
+class OpenAICompatible(WireProtocol):
+    """`POST {base_url}/chat/completions` with `stream: true`; SSE frames of
+    `chat.completion.chunk` objects ending with `data: [DONE]`."""
+
+    kind = "openai-compatible"
+
+    def request(self, call: ChatCall) -> PreparedRequest:
+        body: dict[str, Any] = {
+            **call.parameters,
+            "model": call.model,
+            "messages": call.messages,
+            "stream": True,
+        }
+        body.setdefault("stream_options", {"include_usage": True})
+        if call.stop:
+            body["stop"] = call.stop
+        headers = {"Accept": "text/event-stream"}
+        if self.endpoint.api_key:
+            headers["Authorization"] = f"Bearer {self.endpoint.api_key}"
+        url = f"{self.endpoint.base_url.rstrip('/')}/chat/completions"
+        return PreparedRequest(url=url, headers=headers, body=body)
+
+    def status_error(self, status: int, body: bytes, *, retry_after_s: float | None) -> InvokeError:
+        try:
+            doc: object = json.loads(body.decode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            doc = body
+        return error_from_body(status, doc, retry_after_s=retry_after_s)
+
+    def decoder(self, max_line_bytes: int) -> StreamDecoder:
+        return OpenAIStream(max_line_bytes)
 
 
 # --- the hot path ------------------------------------------------------------
@@ -49,11 +65,11 @@ def build_request(
 _CONTENT_KEY = '"content":"'
 _SENTINEL = "\\u0000firstgate\\u0000"  # a JSON string body no real token carries
 _SENTINEL_VALUE = "\x00firstgate\x00"
-_MAX_SKELETONS = 256
+# A stream has one or two token shapes (content, then maybe a changed id or
+# timestamp); a bound keeps a hostile stream from growing the table.
+_MAX_SKELETONS = 16
 # What a JSON string body may not hold for `TokenDecoder.bulk` to take it as it is.
 _UNSAFE_IN_BULK = re.compile(rb'["\\\x00-\x1f]')
-# skeleton -> where the content token starts; only plain token frames are kept.
-_skeletons: dict[str, int] = {}
 
 
 def _split(payload: bytes) -> tuple[str, int, str] | None:
@@ -78,13 +94,25 @@ def _split(payload: bytes) -> tuple[str, int, str] | None:
 
 class TokenDecoder:
     """The text of a plain content-token frame of a learned shape, else None (use
-    `decode`). Per stream, it remembers the shape of its last token frame: a frame
-    of that shape costs one UTF-8 decode, two comparisons and the string scan of
-    its content, without building a skeleton."""
+    `decode`). One per stream: it learns the shapes of that stream's token frames
+    (`learn`) and remembers the last one, so a frame of that shape costs one
+    UTF-8 decode, two comparisons and the string scan of its content."""
 
-    __slots__ = ("_prefix", "_start", "_suffix", "_tail", "_head", "_end", "_sep", "_overhead")
+    __slots__ = (
+        "_skeletons",
+        "_prefix",
+        "_start",
+        "_suffix",
+        "_tail",
+        "_head",
+        "_end",
+        "_sep",
+        "_overhead",
+    )
 
     def __init__(self) -> None:
+        # skeleton -> where the content token starts; only plain token frames are kept.
+        self._skeletons: dict[str, int] = {}
         self._prefix: str | None = None
         self._start = 0
         self._suffix = ""
@@ -152,7 +180,7 @@ class TokenDecoder:
         if split is None:
             return None
         skeleton, start, content = split
-        if not content or _skeletons.get(skeleton) != start:
+        if not content or self._skeletons.get(skeleton) != start:
             return None
         self._prefix, self._start = skeleton[:start], start
         self._suffix = skeleton[start:]
@@ -165,47 +193,74 @@ class TokenDecoder:
         self._overhead = len(self._head) + len(self._end) - 2
         return content
 
-
-def _learn(payload: bytes, frame: Frame) -> None:
-    """Remember the skeleton of a plain token frame that `decode` accepted."""
-    if frame.reasoning or frame.finish_reason is not None or frame.usage is not None:
-        return
-    split = _split(payload)
-    if split is None:
-        return
-    skeleton, start, content = split
-    if not content or content != frame.text or skeleton in _skeletons:
-        return
-    probe = skeleton[:start] + '"' + _SENTINEL + '"' + skeleton[start:]
-    try:
-        again = decode(probe.encode("utf-8", "surrogatepass"), learn=False)
-    except Exception:  # noqa: BLE001 - not learnable, the full path stays in charge
-        return
-    if again != Frame(text=_SENTINEL_VALUE):
-        return
-    if len(_skeletons) >= _MAX_SKELETONS:
-        _skeletons.clear()
-    _skeletons[skeleton] = start
-
-
-def decode(payload: bytes, *, learn: bool = True) -> Frame:
-    frame = _decode(payload)
-    if learn and frame.text and not frame.done:
-        _learn(payload, frame)
-    return frame
+    def learn(self, payload: bytes, frame: Frame) -> None:
+        """Remember the skeleton of a plain token frame that `decode` accepted."""
+        if not frame.text or frame.reasoning or frame.finish_reason is not None:
+            return
+        if frame.usage is not None or frame.done:
+            return
+        split = _split(payload)
+        if split is None:
+            return
+        skeleton, start, content = split
+        if not content or content != frame.text or skeleton in self._skeletons:
+            return
+        probe = skeleton[:start] + '"' + _SENTINEL + '"' + skeleton[start:]
+        try:
+            again = decode(probe.encode("utf-8", "surrogatepass"))
+        except Exception:  # noqa: BLE001 - not learnable, the full path stays in charge
+            return
+        if again != Frame(text=_SENTINEL_VALUE):
+            return
+        if len(self._skeletons) >= _MAX_SKELETONS:
+            self._skeletons.clear()
+        self._skeletons[skeleton] = start
 
 
-def _decode(payload: bytes) -> Frame:
+class OpenAIStream(SSEStream):
+    """SSE frames, with the token fast path: a whole read of plain token frames of
+    a learned shape at C speed (`TokenDecoder.bulk`), else per frame."""
+
+    def __init__(self, max_line_bytes: int) -> None:
+        super().__init__(decode, max_line_bytes)
+        self._fast = TokenDecoder()
+        self._max_line = max_line_bytes
+
+    def feed(self, data: bytes) -> Iterable[Item]:
+        body = self._lines.complete(data)
+        if body is None:
+            return ()
+        run = self._fast.bulk(body, self._max_line)
+        if run is not None:
+            return (run,)
+        return self.items(self._lines.payloads_of(body))
+
+    def items(self, payloads: list[bytes]) -> Iterator[Item]:
+        fast = self._fast
+        for payload in payloads:
+            text = fast(payload)
+            if text:
+                yield text
+                continue
+            frame = decode(payload)
+            fast.learn(payload, frame)
+            yield item_of(frame)
+
+
+def decode(payload: bytes) -> Frame:
+    """One `data:` payload as a frame (the full path)."""
     if payload == _DONE_MARK:
         return DONE
     try:
-        doc = json.loads(payload)
+        # Invalid UTF-8 inside a token becomes U+FFFD, as the OpenAI clients
+        # decode it: one bad byte sequence must not fail the whole reply.
+        doc = json.loads(payload.decode("utf-8", "replace"))
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise FrameError("not JSON", payload) from exc
     if not isinstance(doc, dict):
         raise FrameError("not a JSON object", payload)
     if "error" in doc and doc["error"]:
-        raise error_from_body(_status_of(doc["error"]), doc, secrets=())
+        raise error_from_body(_status_of(doc["error"]), doc)
     choices = doc.get("choices")
     usage = Usage.from_mapping(doc.get("usage"))
     if not choices:
@@ -235,11 +290,7 @@ def _status_of(error: object) -> int:
 
 
 def error_from_body(
-    status: int,
-    body: object,
-    *,
-    secrets: tuple[str, ...] | list[str],
-    retry_after_s: float | None = None,
+    status: int, body: object, *, retry_after_s: float | None = None
 ) -> InvokeError:
     """An HTTP error status (or an error frame) with its JSON body, as a typed error."""
     detail = ""
@@ -253,6 +304,9 @@ def error_from_body(
             detail = body["message"]
     elif isinstance(body, bytes | str):
         detail = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    detail = redact(detail.strip()[:500] or f"HTTP {status}", secrets)
     cls = invoke_error_for_status(status)
-    return cls(status=status, retry_after_s=retry_after_s, detail=detail)
+    return cls(
+        status=status,
+        retry_after_s=retry_after_s,
+        detail=ServerText(detail) if detail.strip() else f"HTTP {status}",
+    )

@@ -12,49 +12,57 @@ chunk and sends no heartbeat.
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from ..errors import DAEMON_INVOKE_ERRORS, InvokeError, InvokeServerError, redact
+from ..errors import DAEMON_INVOKE_ERRORS, ClientConfigError, InvokeError, InvokeServerError
+from ..redaction import ServerText
+from .base import ChatCall, Endpoint, StreamDecoder, WireProtocol
 from .frames import Frame, FrameError, Usage
-from .openai_compatible import error_from_body as _status_error
+from .openai_compatible import error_from_body
 from .request import PreparedRequest
+from .sse_stream import SSEStream
 
 
-def build_request(
-    *,
-    base_url: str,
-    api_key: str | None,
-    tenant_id: str,
-    plugin_id: str | None,
-    user_id: str,
-    provider: str,
-    model: str,
-    credentials: dict[str, Any],
-    messages: list[dict[str, Any]],
-    parameters: dict[str, Any],
-    stop: list[str] | None,
-) -> PreparedRequest:
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["X-Api-Key"] = api_key
-    if plugin_id:
-        headers["X-Plugin-ID"] = plugin_id
-    body = {
-        "user_id": user_id,
-        "data": {
-            "provider": provider,
-            "model_type": "llm",
-            "model": model,
-            "credentials": credentials,
-            "prompt_messages": messages,
-            "model_parameters": parameters,
-            "stop": stop or [],
-            "tools": [],
-            "stream": True,
-        },
-    }
-    url = f"{base_url.rstrip('/')}/plugin/{tenant_id}/dispatch/llm/invoke"
-    return PreparedRequest(url=url, headers=headers, body=body)
+class PluginDaemon(WireProtocol):
+    """Dify's plugin daemon LLM dispatch (see the module docstring)."""
+
+    kind = "plugin-daemon"
+    # The daemon's host is not the server doing the work: a probe cannot see it.
+    default_probe = "off"
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        if not endpoint.tenant_id:
+            raise ClientConfigError("errors.config.daemonTenant")
+        super().__init__(endpoint)
+
+    def request(self, call: ChatCall) -> PreparedRequest:
+        endpoint = self.endpoint
+        headers = {"Content-Type": "application/json"}
+        if endpoint.api_key:
+            headers["X-Api-Key"] = endpoint.api_key
+        if endpoint.plugin_id:
+            headers["X-Plugin-ID"] = endpoint.plugin_id
+        body = {
+            "user_id": endpoint.user_id,
+            "data": {
+                "provider": call.provider or call.model,
+                "model_type": "llm",
+                "model": call.model,
+                "credentials": call.credentials or {},
+                "prompt_messages": call.messages,
+                "model_parameters": call.parameters,
+                "stop": call.stop or [],
+                "tools": [],
+                "stream": True,
+            },
+        }
+        url = f"{endpoint.base_url.rstrip('/')}/plugin/{endpoint.tenant_id}/dispatch/llm/invoke"
+        return PreparedRequest(url=url, headers=headers, body=body)
+
+    def status_error(self, status: int, body: bytes, *, retry_after_s: float | None) -> InvokeError:
+        return error_from_status(status, body, retry_after_s=retry_after_s)
+
+    def decoder(self, max_line_bytes: int) -> StreamDecoder:
+        return SSEStream(decode, max_line_bytes)
 
 
 def _text_of(content: object) -> str:
@@ -71,15 +79,16 @@ def _text_of(content: object) -> str:
     raise TypeError("content is neither text nor a list of parts")
 
 
-def decode(payload: bytes, secrets: tuple[str, ...] = ()) -> Frame:
+def decode(payload: bytes) -> Frame:
     try:
-        envelope = json.loads(payload)
+        # Invalid UTF-8 becomes U+FFFD (see openai_compatible.decode).
+        envelope = json.loads(payload.decode("utf-8", "replace"))
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise FrameError("not JSON", payload) from exc
     if not isinstance(envelope, dict) or "code" not in envelope:
         raise FrameError("not a plugin daemon envelope", payload)
     if envelope["code"] != 0:
-        raise daemon_error(envelope.get("message"), secrets)
+        raise daemon_error(envelope.get("message"))
     chunk = envelope.get("data")
     if not isinstance(chunk, dict):
         raise FrameError("envelope without a chunk", payload)
@@ -98,7 +107,7 @@ def decode(payload: bytes, secrets: tuple[str, ...] = ()) -> Frame:
     )
 
 
-def daemon_error(message: object, secrets: tuple[str, ...] = ()) -> InvokeError:
+def daemon_error(message: object) -> InvokeError:
     """Unwrap `PluginDaemonError` / `PluginInvokeError` JSON into a typed error."""
     error_type, detail = None, message if isinstance(message, str) else json.dumps(message)
     for _ in range(2):  # daemon error -> plugin invoke error -> provider's invoke error
@@ -113,21 +122,17 @@ def daemon_error(message: object, secrets: tuple[str, ...] = ()) -> InvokeError:
         if error_type != "PluginInvokeError":
             break
     cls = DAEMON_INVOKE_ERRORS.get(error_type or "", InvokeServerError)
-    return cls(detail=redact(str(detail)[:500], secrets), daemon_error_type=error_type or "")
+    return cls(detail=ServerText(str(detail)), daemon_error_type=ServerText(error_type or ""))
 
 
-def error_from_status(
-    status: int, body: bytes, *, secrets: tuple[str, ...], retry_after_s: float | None
-) -> InvokeError:
+def error_from_status(status: int, body: bytes, *, retry_after_s: float | None) -> InvokeError:
     try:
-        doc = json.loads(body)
+        doc = json.loads(body.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         doc = None
     if isinstance(doc, dict) and "code" in doc and isinstance(doc.get("message"), str):
-        err = daemon_error(doc["message"], secrets)
+        err = daemon_error(doc["message"])
         if type(err) is not InvokeServerError:
             err.status, err.retry_after_s = status, retry_after_s
             return err
-    return _status_error(
-        status, doc if doc is not None else body, secrets=secrets, retry_after_s=retry_after_s
-    )
+    return error_from_body(status, doc if doc is not None else body, retry_after_s=retry_after_s)

@@ -4,7 +4,6 @@ the `--json` lines compared field for field with Dify's streaming events."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
+
+import pytest
 
 from plugin_daemon_client import LLMClient, first_token_gate
 from plugin_daemon_client import errors as E
@@ -51,7 +54,7 @@ def test_first_stalls_first_token_timeout_then_the_second_answers() -> None:
 
 
 def test_attempt_cap_ends_a_pinging_stream_through_the_gate_and_swaps() -> None:
-    """No first-token budget at all: only the cap (a gate.cancel timer) can end it."""
+    """No first-token budget at all: only the cap (a deadline of the gate) can end it."""
     events: list[FallbackEvent] = []
     with (
         fake.FakeLLMServer([fake.pings(0.05, 10)]) as first,
@@ -73,6 +76,37 @@ def test_attempt_cap_ends_a_pinging_stream_through_the_gate_and_swaps() -> None:
     assert "attempt cap of 0.5 s" in str(capped)
     assert 0.5 <= took < 1.0
     assert "cap_fired" in [e.kind for e in events]
+
+
+def test_a_three_target_chain_starts_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attempt caps are deadlines of each attempt's gate, not timer threads:
+    two targets capped mid-stream and a third answering start none."""
+    started: list[str] = []
+    chain_thread = threading.current_thread()
+    original_start = threading.Thread.start
+
+    def counting_start(self: threading.Thread) -> None:
+        if threading.current_thread() is chain_thread:  # not the fake servers' own threads
+            started.append(self.name)
+        original_start(self)
+
+    events: list[FallbackEvent] = []
+    with (
+        fake.FakeLLMServer([fake.pings(0.05, 10)]) as first,
+        fake.FakeLLMServer([fake.pings(0.05, 10)]) as second,
+        fake.FakeLLMServer([fake.tokens(["third"])]) as third,
+    ):
+        built = [target(n, s) for n, s in (("a", first), ("b", second), ("c", third))]
+        policy = FallbackPolicy.build(["a", "b", "c"], swap_attempt_timeout_ms=300)
+        monkeypatch.setattr(threading.Thread, "start", counting_start)
+        result = FallbackChain([t for t, _ in built], policy, on_event=events.append).run()
+        monkeypatch.undo()
+        for _, llm in built:
+            llm.close()
+    assert result.value == "third"
+    assert [type(error) for _, error in result.attempts] == [E.AttemptCapError] * 2
+    assert [e.kind for e in events].count("cap_fired") == 2
+    assert started == []
 
 
 def test_total_budget_fails_closed_instead_of_starting_a_hopeless_attempt() -> None:

@@ -1,14 +1,17 @@
-"""Fallback policy and chain walker on a fake clock and a fake cap timer."""
+"""Fallback policy and chain walker on a fake clock; each attempt runs in a gate on it."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 from plugin_daemon_client import errors as E
+from plugin_daemon_client.budgets import GateBudgets
+from plugin_daemon_client.errors import Trip
 from plugin_daemon_client.fallback import (
     BUDGET_FLOOR_MS,
     DEFAULT_ATTEMPT_CAP_MAX_MS,
@@ -19,7 +22,7 @@ from plugin_daemon_client.fallback import (
     Target,
     is_local_host,
 )
-from plugin_daemon_client.gate import current_gate
+from plugin_daemon_client.gate import Gate, GateTripped, current_gate, gate_in_context
 
 
 class Clock:
@@ -33,36 +36,38 @@ class Clock:
         self.now += ms / 1000.0
 
 
-class FakeTimer:
-    """Records the cap each attempt got; `fire()` plays the cap expiring."""
-
-    def __init__(self, seconds: float, fn: Callable[[], None]) -> None:
-        self.seconds = seconds
-        self.fn = fn
-        self.started = self.cancelled = False
-
-    def start(self) -> None:
-        self.started = True
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def fire(self) -> None:
-        self.fn()
-
-
 class Harness:
     def __init__(self) -> None:
         self.clock = Clock()
-        self.timers: list[FakeTimer] = []
+        self.gates: list[Gate] = []
         self.events: list[FallbackEvent] = []
         self.calls: list[str] = []
         self.breakers = CircuitBreakers(clock=self.clock)
 
-    def timer(self, seconds: float, fn: Callable[[], None]) -> FakeTimer:
-        t = FakeTimer(seconds, fn)
-        self.timers.append(t)
-        return t
+    @contextmanager
+    def open_gate(self) -> Iterator[Gate]:
+        """The attempt's gate, on the fake clock, set in the context as the node does."""
+        gate = Gate(GateBudgets(), clock=self.clock)
+        self.gates.append(gate)
+        with gate_in_context(gate):
+            yield gate
+
+    @property
+    def caps(self) -> list[float | None]:
+        return [gate.attempt_cap for gate in self.gates]
+
+    def wait_past_the_cap(self) -> None:
+        """What a socket read does when the attempt's cap passes: the gate trips."""
+        gate = current_gate()
+        assert gate is not None
+        deadline = gate.next_deadline()
+        assert deadline is not None and deadline[1] is Trip.ATTEMPT_CAP
+        self.clock.now = deadline[0]
+        try:
+            gate.expire(deadline[1])
+        except GateTripped as tripped:
+            raise tripped.error from None  # what the client raises
+        raise AssertionError("the cap did not trip the gate")
 
     def target(
         self,
@@ -81,6 +86,7 @@ class Harness:
                 return outcome()
             return f"{outcome} from {name}"
 
+        kw.setdefault("open_gate", self.open_gate)
         return Target(name, attempt, **kw)
 
     def chain(self, targets: list[Target[str]], **policy: Any) -> FallbackChain[str]:
@@ -90,7 +96,6 @@ class Harness:
             breakers=self.breakers,
             on_event=self.events.append,
             clock=self.clock,
-            timer=self.timer,
         )
 
     def kinds(self) -> list[str]:
@@ -161,10 +166,8 @@ def test_cap_fired_through_the_gate_becomes_attempt_cap_error_and_swaps() -> Non
     h = Harness()
 
     def stalls() -> str:
-        h.timers[-1].fire()  # the cap expires while the request waits
-        gate = current_gate()
-        assert gate is not None and gate.fired == "cancelled"
-        raise gate.tripped  # what the client raises after the socket shutdown
+        h.wait_past_the_cap()  # the cap passes while the request waits
+        raise AssertionError("unreachable")
 
     result = h.chain(
         [h.target("a", stalls), h.target("b")], swap_attempt_timeout_ms_by_target={"a": 300}
@@ -172,8 +175,8 @@ def test_cap_fired_through_the_gate_becomes_attempt_cap_error_and_swaps() -> Non
     assert result.target == "b"
     assert isinstance(result.attempts[0][1], E.AttemptCapError)
     assert result.attempts[0][1].deadline == "attempt_cap"
-    assert h.timers[0].seconds == pytest.approx(0.3)
-    assert all(t.cancelled for t in h.timers)
+    assert h.gates[0].fired is Trip.ATTEMPT_CAP
+    assert h.caps == pytest.approx([0.3, 120.0])
     assert "cap_fired" in h.kinds()
 
 
@@ -259,7 +262,7 @@ def test_budget_floor(left_ms: float, tries_b: bool) -> None:
     chain = h.chain(targets, swap_total_budget_ms=1000)
     if tries_b:
         assert chain.run().target == "b"
-        assert h.timers[1].seconds == pytest.approx(left_ms / 1000)  # min(cap, remaining)
+        assert h.caps[1] == pytest.approx(left_ms / 1000)  # min(cap, remaining)
         cap_event = [e for e in h.events if e.kind == "cap"][1]
         assert cap_event.reason == "budget"
     else:
@@ -287,7 +290,7 @@ def test_each_attempt_gets_min_of_cap_and_remaining() -> None:
     h = Harness()
     targets = [h.target("a", timeout(), takes_ms=400), h.target("b")]
     h.chain(targets, swap_attempt_timeout_ms=3000, swap_total_budget_ms=1000).run()
-    assert [t.seconds for t in h.timers] == pytest.approx([1.0, 0.6])
+    assert h.caps == pytest.approx([1.0, 0.6])
 
 
 @pytest.mark.parametrize("value", [None, 0, -1, math.nan, math.inf])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from plugin_daemon_client import errors as E
 from plugin_daemon_client.protocols import openai_compatible, plugin_daemon
 from plugin_daemon_client.protocols.frames import FrameError
+from plugin_daemon_client.redaction import Redactor
 from plugin_daemon_client.sse import SSEDecoder, SSEViolation
 
 STREAM = (
@@ -80,10 +82,18 @@ def test_only_content_counts_as_a_token(payload: bytes, is_token: bool) -> None:
     assert openai_compatible.decode(payload).is_token is is_token
 
 
+def scrubbed(decode: Callable[[bytes], object], payload: bytes) -> E.FirstGateError:
+    """The error `decode` raises, as the client shows it (after its redactor)."""
+    with pytest.raises(E.FirstGateError) as info:
+        decode(payload)
+    assert "(withheld)" in str(info.value)  # server text never prints unscrubbed
+    return Redactor().scrub(info.value)
+
+
 def test_openai_error_frame_mid_stream_is_typed() -> None:
     frame = json.dumps({"error": {"code": 503, "message": "loading model"}}).encode()
-    with pytest.raises(E.ServerUnavailableError, match="loading model"):
-        openai_compatible.decode(frame)
+    error = scrubbed(openai_compatible.decode, frame)
+    assert isinstance(error, E.ServerUnavailableError) and "loading model" in str(error)
 
 
 @pytest.mark.parametrize(
@@ -119,11 +129,19 @@ def test_daemon_nested_error_keeps_the_message() -> None:
     inner = json.dumps({"error_type": "InvokeRateLimitError", "message": "quota exceeded"})
     outer = json.dumps({"error_type": "PluginInvokeError", "message": inner})
     envelope = json.dumps({"code": -500, "message": outer, "data": None}).encode()
-    with pytest.raises(E.RateLimitError, match="quota exceeded"):
-        plugin_daemon.decode(envelope)
+    error = scrubbed(plugin_daemon.decode, envelope)
+    assert isinstance(error, E.RateLimitError) and "quota exceeded" in str(error)
 
 
 def test_daemon_plain_string_error() -> None:
     envelope = json.dumps({"code": -500, "message": "plugin crashed", "data": None}).encode()
-    with pytest.raises(E.InvokeServerError, match="plugin crashed"):
-        plugin_daemon.decode(envelope)
+    error = scrubbed(plugin_daemon.decode, envelope)
+    assert isinstance(error, E.InvokeServerError) and "plugin crashed" in str(error)
+
+
+def test_invalid_utf8_in_a_token_becomes_a_replacement_character() -> None:
+    """As the OpenAI clients decode it: one bad byte sequence never fails the reply."""
+    bad = daemon("@@").replace(b"@@", b"a\xffb")
+    assert plugin_daemon.decode(bad).text == "a\ufffdb"
+    frame = json.dumps({"choices": [{"delta": {"content": "@@"}}]}).encode()
+    assert openai_compatible.decode(frame.replace(b"@@", b"\xc3(")).text == "\ufffd("

@@ -63,7 +63,7 @@ def test_an_older_database_is_migrated_and_keeps_its_data(tmp_path: Path) -> Non
     _finish(turn, "hi", "hello", greeting="hi")
     old.close()
     # A later build adds a migration; opening the same file applies it once.
-    newer = (*MIGRATIONS, "ALTER TABLE conversations ADD COLUMN name TEXT NOT NULL DEFAULT ''")
+    newer = (*MIGRATIONS, "ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0")
     upgraded = SQLiteStore(path, migrations=newer)
     assert upgraded.schema_version() == len(newer)
     assert [m.answer for m in upgraded.messages("c1")] == ["hello"]

@@ -27,13 +27,19 @@ def body_of(payloads: list[bytes], trailing: bool = True) -> bytes:
 
 def learned() -> oc.TokenDecoder:
     decoder = oc.TokenDecoder()
-    oc.decode(frame("warm"))  # the full path learns the shape
+    assert decoder(frame("warm")) is None  # nothing learned yet: the full path decides
+    decoder.learn(frame("warm"), oc.decode(frame("warm")))
     assert decoder(frame("warm")) == "warm"
     return decoder
 
 
+def test_what_one_stream_learns_stays_with_that_stream() -> None:
+    learned()
+    assert oc.TokenDecoder()(frame("warm")) is None
+
+
 def full_path(payloads: list[bytes]) -> tuple[int, str] | None:
-    frames = [oc.decode(p, learn=False) for p in payloads]
+    frames = [oc.decode(p) for p in payloads]
     if all(f.text and not (f.finish_reason or f.usage or f.reasoning) for f in frames):
         return len(frames), "".join(f.text for f in frames)
     return None

@@ -1,0 +1,97 @@
+"""The one interface every wire protocol implements.
+
+A protocol turns a chat call into an HTTP request, an error status into a
+typed error, and (per stream) response bytes into frames. `LLMClient` holds
+one protocol object and only moves bytes to frames to the gate; nothing else
+knows which protocol a route speaks.
+
+Server text never reaches an error as a plain string: protocols wrap it in
+`ServerText`, and the client's `Redactor` turns it into a credential-free
+quote on the way out (see `plugin_daemon_client/redaction.py`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..errors import InvokeError
+from .frames import Frame, FrameError
+from .request import PreparedRequest
+
+# A whole read of plain content tokens: (how many, their joined text).
+TokenRun = tuple[int, str]
+# What a stream decoder yields: a decoded frame, the text of one plain content
+# token (no reasoning, finish reason or usage), or a run of them.
+Item = Frame | str | TokenRun
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where a route's requests go and who makes them (protocol-neutral)."""
+
+    base_url: str
+    api_key: str | None = None
+    tenant_id: str | None = None
+    plugin_id: str | None = None
+    user_id: str = "firstgate"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCall:
+    """One streamed chat completion, as a node asks for it."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    parameters: dict[str, Any] = field(default_factory=dict)
+    stop: list[str] | None = None
+    provider: str | None = None
+    credentials: dict[str, Any] | None = None
+
+
+class StreamDecoder(ABC):
+    """One response's bytes -> items. Made fresh for every stream: whatever it
+    learns (the fast path's frame shape) lives and dies with that stream."""
+
+    # The body's media type; another one on a body that does not parse is
+    # reported as an unexpected content type.
+    media_type: ClassVar[str] = "text/event-stream"
+
+    @abstractmethod
+    def feed(self, data: bytes) -> Iterable[Item]:
+        """Items of the frames `data` completes. Decoding is lazy: the items
+        before a bad frame are yielded before its error is raised."""
+
+    @abstractmethod
+    def close(self) -> Iterator[Item]:
+        """The body ended: items of a last unterminated frame. A tail that does
+        not decode raises `TruncatedFrame` (the body stopped mid-frame)."""
+
+
+class TruncatedFrame(FrameError):
+    """The body ended in the middle of a frame."""
+
+
+class WireProtocol(ABC):
+    """Build requests, map error statuses, make per-stream decoders."""
+
+    kind: ClassVar[str]
+    # The liveness probe a route of this protocol gets by default: `auto` where
+    # the server doing the work answers the probe, `off` where it cannot.
+    default_probe: ClassVar[str] = "auto"
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+
+    @abstractmethod
+    def request(self, call: ChatCall) -> PreparedRequest: ...
+
+    @abstractmethod
+    def status_error(
+        self, status: int, body: bytes, *, retry_after_s: float | None
+    ) -> InvokeError: ...
+
+    @abstractmethod
+    def decoder(self, max_line_bytes: int) -> StreamDecoder: ...

@@ -1,0 +1,160 @@
+"""The one place a server's words pass through on their way into an error.
+
+A model server may echo anything it was sent, credentials included, in an
+error body, an error frame mid-stream, a malformed frame or a redirect's
+`Location`. Code that builds an error from such text wraps it in
+`ServerText`; `ServerText` prints as a placeholder, never as the text. Every
+error leaving `LLMClient.invoke_llm` goes through its client's
+`Redactor.scrub`, which turns each `ServerText` into a quote with every known
+secret removed (before it is cut to length, so a cut cannot keep half a key)
+and redacts every other string parameter too. An error that missed the scrub
+says "(withheld)", it never leaks.
+
+A secret is removed in every form a server is likely to echo: as sent, URL-
+encoded, JSON-escaped, and base64 (standard and URL-safe, at any alignment
+inside a longer encoded string, e.g. `Authorization: Basic base64(user:key)`).
+Secrets shorter than `MIN_SECRET_CHARS` cannot be redacted without mangling
+ordinary words: clients refuse them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterable
+from typing import Any, TypeVar
+from urllib.parse import quote, quote_plus
+
+from locales.localized_error import LocalizedError
+
+E = TypeVar("E", bound=LocalizedError)
+
+MIN_SECRET_CHARS = 4
+MASK = "***"
+_QUOTE_CHARS = 200
+_DETAIL_CHARS = 500
+_WITHHELD = "(withheld)"
+# `Basic <base64>` as a whole: decoded and dropped when it carries a secret.
+_BASIC = re.compile(r"(?i)\b(basic\s+)([A-Za-z0-9+/_-]{4,}={0,2})")
+
+
+class ServerText:
+    """Text a server sent, on its way into an error message.
+
+    `quoted` renders it as a Python string literal (an excerpt of raw bytes),
+    after our own `prefix`; otherwise it is a plain detail. Either way it is
+    cut to `limit` characters, after redaction.
+    """
+
+    __slots__ = ("limit", "prefix", "quoted", "raw")
+
+    def __init__(
+        self, raw: bytes | str, *, quoted: bool = False, prefix: str = "", limit: int = 0
+    ) -> None:
+        self.raw = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        self.quoted = quoted
+        self.prefix = prefix
+        self.limit = limit or (_QUOTE_CHARS if quoted else _DETAIL_CHARS)
+
+    def __str__(self) -> str:
+        return _WITHHELD
+
+    __repr__ = __str__
+
+    def render(self, redactor: Redactor) -> str:
+        text = redactor.redact(self.raw if self.quoted else self.raw.strip())
+        if len(text) > self.limit:
+            text = text[: self.limit] + "…"
+        return self.prefix + repr(text) if self.quoted else text
+
+
+def _percent_pattern(secret: str, safe: str) -> str:
+    """`quote(secret, safe)` as a regex that accepts either case of hex digits."""
+    parts: list[str] = []
+    for char in secret:
+        encoded = quote(char, safe=safe)
+        if encoded == char:
+            parts.append(re.escape(char))
+        else:
+            parts.append(re.sub(r"%([0-9A-F]{2})", lambda m: f"%(?i:{m.group(1)})", encoded))
+    return "".join(parts)
+
+
+def _base64_cores(secret: bytes) -> set[str]:
+    """What every base64 encoding of a text containing `secret` must contain: for
+    each of the three alignments, the groups made of the secret's bytes only."""
+    cores: set[str] = set()
+    for shift in range(3):
+        padded = b"\0" * shift + secret
+        full_groups = len(padded) // 3
+        first = 1 if shift else 0  # the first group mixes in the bytes before it
+        if full_groups - first < 1:
+            continue
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            core = encode(padded[: full_groups * 3])[first * 4 :].decode("ascii")
+            cores.add(core)
+    return cores
+
+
+def _forms(secret: str) -> set[str]:
+    """Regex alternatives for every echoed form of `secret`."""
+    forms = {re.escape(secret)}
+    for safe in ("", "/"):
+        forms.add(_percent_pattern(secret, safe))
+    forms.add(re.escape(quote_plus(secret)))
+    escaped = json.dumps(secret)[1:-1]
+    forms.add(re.escape(escaped))
+    forms.add(re.escape(escaped.replace("/", "\\/")))
+    forms.update(re.escape(core) for core in _base64_cores(secret.encode("utf-8")))
+    return forms
+
+
+class Redactor:
+    """Removes a client's secrets from text and from errors."""
+
+    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+        self.secrets = tuple(s for s in secrets if s)
+        short = [s for s in self.secrets if len(s) < MIN_SECRET_CHARS]
+        if short:
+            raise ValueError(f"a secret must have at least {MIN_SECRET_CHARS} characters")
+        forms = {form for secret in self.secrets for form in _forms(secret)}
+        # Longest first: a form that contains another must win.
+        ordered = sorted(forms, key=len, reverse=True)
+        self._pattern = re.compile("|".join(ordered)) if ordered else None
+
+    def redact(self, text: str) -> str:
+        if self._pattern is None:
+            return text
+        text = _BASIC.sub(self._basic, text)
+        return self._pattern.sub(MASK, text)
+
+    def _basic(self, match: re.Match[str]) -> str:
+        token = match.group(2)
+        try:
+            decoded = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_")
+        except (binascii.Error, ValueError):
+            return match.group(0)
+        text = decoded.decode("utf-8", "replace")
+        if any(secret in text for secret in self.secrets):
+            return match.group(1) + MASK
+        return match.group(0)
+
+    def param(self, value: Any) -> Any:
+        if isinstance(value, ServerText):
+            return value.render(self)
+        if isinstance(value, str):
+            return self.redact(value)
+        return value
+
+    def scrub(self, error: E) -> E:
+        """Make `error` safe to show: server text quoted and redacted, every string
+        parameter redacted, the message re-rendered, no exception chained to it."""
+        for key, value in error.params.items():
+            error.params[key] = self.param(value)
+        error.args = (error.render(),)
+        error.__cause__ = None
+        error.__context__ = None
+        error.__suppress_context__ = True
+        return error

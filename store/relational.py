@@ -1,0 +1,667 @@
+"""The store's logic, written once for every SQL backend.
+
+A backend (`store.sqlite`, `store.postgres`) gives this class three things: a
+`Database` (connections and transactions in its own dialect), its numbered
+migrations, and where it is (for error messages, without credentials). Every
+query here uses `?` placeholders and SQL that SQLite and PostgreSQL both speak
+(`INSERT ... ON CONFLICT`, `COALESCE`, `LIMIT`).
+
+Migration story: `schema_version` holds how many migrations have been
+applied. Opening a database applies the missing ones in order, each in its own
+transaction, re-reading the version under the write lock so two processes
+opening the same database at once apply each migration once. A database from a
+newer build (a version this build does not know) is refused instead of being
+half understood. Migrations only ever append.
+
+Conversation leases: a turn inserts a row in `conversation_leases` inside a
+transaction that holds the backend's lease lock, so check-and-insert is atomic
+across processes. A lease ends when the turn commits or releases it, when it
+expires, or when the process that holds it is gone (same host, pid not
+running), so a crash never leaves a conversation stuck.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from store.base import (
+    MESSAGE_NORMAL,
+    ConversationRecord,
+    FileRecord,
+    HistoryTurn,
+    MessageRecord,
+    NodeExecutionRecord,
+    RunRecord,
+    Store,
+    StoreError,
+    Turn,
+    TurnResult,
+    TurnState,
+    UploadRecord,
+    VariableValue,
+)
+
+_POLL_S = 0.05  # how often a waiting turn looks at a held lease
+# A conversation's name when the caller did not give one: its first query, cut here.
+NAME_CHARS = 50
+
+
+class Cursor(Protocol):
+    def fetchone(self) -> Sequence[Any] | None: ...
+    def fetchall(self) -> Sequence[Sequence[Any]]: ...
+
+
+class Tx(Protocol):
+    """One open transaction: `?` placeholders, rows as sequences."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+
+class Database(ABC):
+    """A backend's connections, in its dialect."""
+
+    @abstractmethod
+    def transaction(self, *, leases: bool = False) -> AbstractContextManager[Tx]:
+        """A transaction; `leases=True` also holds the lock that serialises lease
+        changes (taken at the start, so a read-then-write inside cannot interleave)."""
+
+    @abstractmethod
+    def read(self) -> AbstractContextManager[Tx]:
+        """A consistent read (no lock held afterwards)."""
+
+    @abstractmethod
+    def run_script(self, tx: Tx, script: str) -> None:
+        """Run a migration's statements inside `tx`."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+def _dump(value: Any) -> str:
+    # Values arrive as plain data (the runtime serialises files before they get here).
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _load(text: str | None) -> Any:
+    return json.loads(text) if text else None
+
+
+def _owner_token() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+
+
+def _owner_gone(owner: str) -> bool:
+    """Whether the lease's process is known to be gone (only decidable on this host)."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # exists, owned by someone else
+    return False
+
+
+def conversation_name(query: str) -> str:
+    text = " ".join(query.split())
+    return text if len(text) <= NAME_CHARS else text[: NAME_CHARS - 3] + "..."
+
+
+class RelationalStore(Store):
+    def __init__(self, db: Database, migrations: Sequence[str], where: str) -> None:
+        self.db = db
+        self.where = where  # for messages: a path, or a URL without its password
+        self._migrate(migrations)
+
+    # ---- schema
+
+    def schema_version(self) -> int:
+        with self.db.read() as tx:
+            row = tx.execute("SELECT version FROM schema_version").fetchone()
+        return int(row[0]) if row else 0
+
+    def _migrate(self, migrations: Sequence[str]) -> None:
+        # Under the lease lock: `CREATE TABLE IF NOT EXISTS` alone races in PostgreSQL.
+        with self.db.transaction(leases=True) as tx:
+            tx.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            if tx.execute("SELECT version FROM schema_version").fetchone() is None:
+                tx.execute("INSERT INTO schema_version (version) VALUES (0)")
+        current = self.schema_version()
+        if current > len(migrations):
+            raise StoreError(
+                "errors.store.newerSchema", path=self.where, found=current, known=len(migrations)
+            )
+        for version in range(current + 1, len(migrations) + 1):
+            with self.db.transaction(leases=True) as tx:
+                # Another process may have applied it since we looked: the lock is
+                # ours now, so this second look is the one that counts.
+                (applied,) = tx.execute("SELECT version FROM schema_version").fetchone() or (0,)
+                if applied >= version:
+                    continue
+                self.db.run_script(tx, migrations[version - 1])
+                tx.execute("UPDATE schema_version SET version = ?", (version,))
+
+    # ---- turns
+
+    def begin_turn(
+        self,
+        conversation_id: str,
+        *,
+        app_id: str,
+        user_id: str,
+        mode: str,
+        lease_seconds: float,
+        wait_seconds: float,
+    ) -> Turn:
+        owner = _owner_token()
+        give_up = time.monotonic() + max(0.0, wait_seconds)
+        while True:
+            with self.db.transaction(leases=True) as tx:
+                row = tx.execute(
+                    "SELECT app_id, user_id FROM conversations WHERE id = ?", (conversation_id,)
+                ).fetchone()
+                if row is not None and (row[0] != app_id or row[1] != user_id):
+                    raise StoreError(
+                        "errors.store.foreignConversation", conversation=conversation_id
+                    )
+                if self._take_lease(tx, conversation_id, owner, lease_seconds):
+                    state = self._state(tx, conversation_id, is_new=row is None)
+                    return _RelationalTurn(self, owner, app_id, user_id, mode, state)
+            if time.monotonic() >= give_up:
+                raise StoreError("errors.store.conversationBusy", conversation=conversation_id)
+            time.sleep(_POLL_S)
+
+    def _take_lease(self, tx: Tx, conversation_id: str, owner: str, lease_seconds: float) -> bool:
+        now = time.time()
+        held = tx.execute(
+            "SELECT owner, expires_at FROM conversation_leases WHERE conversation_id = ?",
+            (conversation_id,),
+        ).fetchone()
+        if held is not None and held[1] > now and not _owner_gone(held[0]):
+            return False
+        tx.execute(
+            "INSERT INTO conversation_leases (conversation_id, owner, expires_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (conversation_id) DO UPDATE SET owner = excluded.owner, "
+            "expires_at = excluded.expires_at",
+            (conversation_id, owner, now + lease_seconds),
+        )
+        return True
+
+    def _state(self, tx: Tx, conversation_id: str, *, is_new: bool) -> TurnState:
+        state = TurnState(conversation_id=conversation_id, is_new=is_new)
+        if is_new:
+            return state
+        for name, value_type, value in tx.execute(
+            "SELECT name, value_type, value FROM conversation_variables WHERE conversation_id = ?",
+            (conversation_id,),
+        ).fetchall():
+            state.variables[name] = VariableValue(value_type, _load(value))
+        state.history = [
+            HistoryTurn(query, answer)
+            for query, answer in tx.execute(
+                "SELECT query, answer FROM messages WHERE conversation_id = ? AND status = ? "
+                "ORDER BY seq",
+                (conversation_id, MESSAGE_NORMAL),
+            ).fetchall()
+        ]
+        state.dialogue_count = len(state.history)
+        return state
+
+    def _release(self, conversation_id: str, owner: str) -> None:
+        with self.db.transaction(leases=True) as tx:
+            tx.execute(
+                "DELETE FROM conversation_leases WHERE conversation_id = ? AND owner = ?",
+                (conversation_id, owner),
+            )
+
+    def _commit_turn(self, turn: _RelationalTurn, result: TurnResult) -> None:
+        state = turn.state
+        message = result.message
+        with self.db.transaction(leases=True) as tx:
+            held = tx.execute(
+                "SELECT owner FROM conversation_leases WHERE conversation_id = ?",
+                (state.conversation_id,),
+            ).fetchone()
+            if held is None or held[0] != turn.owner:
+                # Our lease expired and another turn took the conversation: writing
+                # now could undo what that turn wrote.
+                raise StoreError("errors.store.leaseLost", conversation=state.conversation_id)
+            now = time.time()
+            tx.execute(
+                "INSERT INTO conversations (id, app_id, user_id, mode, dialogue_count, name, "
+                "inputs, created_at, updated_at) VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at",
+                (
+                    state.conversation_id,
+                    turn.app_id,
+                    turn.user_id,
+                    turn.mode,
+                    conversation_name(message.query),
+                    _dump(dict(result.run.inputs)),
+                    now,
+                    now,
+                ),
+            )
+            self._insert_run(tx, result.run, state.conversation_id)
+            (seq,) = tx.execute(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE conversation_id = ?",
+                (state.conversation_id,),
+            ).fetchone() or (1,)
+            tx.execute(
+                "INSERT INTO messages (id, conversation_id, seq, workflow_run_id, query, answer, "
+                "status, error, total_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    message.id,
+                    state.conversation_id,
+                    seq,
+                    result.run.id,
+                    message.query,
+                    message.answer,
+                    message.status,
+                    message.error,
+                    message.total_tokens,
+                    message.created_at,
+                ),
+            )
+            if message.status == MESSAGE_NORMAL:
+                tx.execute(
+                    "UPDATE conversations SET dialogue_count = dialogue_count + 1 WHERE id = ?",
+                    (state.conversation_id,),
+                )
+                for name, variable in result.variables.items():
+                    tx.execute(
+                        "INSERT INTO conversation_variables "
+                        "(conversation_id, name, value_type, value, updated_at) "
+                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (conversation_id, name) DO UPDATE "
+                        "SET value_type = excluded.value_type, value = excluded.value, "
+                        "updated_at = excluded.updated_at",
+                        (
+                            state.conversation_id,
+                            name,
+                            variable.value_type,
+                            _dump(variable.value),
+                            now,
+                        ),
+                    )
+            tx.execute(
+                "DELETE FROM conversation_leases WHERE conversation_id = ? AND owner = ?",
+                (state.conversation_id, turn.owner),
+            )
+
+    # ---- runs
+
+    def record_run(self, run: RunRecord) -> None:
+        with self.db.transaction() as tx:
+            self._insert_run(tx, run, None)
+
+    def _insert_run(self, tx: Tx, run: RunRecord, conversation_id: str | None) -> None:
+        tx.execute(
+            "INSERT INTO workflow_runs (id, app_id, workflow_id, mode, user_id, conversation_id, "
+            "status, inputs, outputs, error, elapsed_time, total_tokens, total_steps, "
+            "exceptions_count, created_at, finished_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run.id,
+                run.app_id,
+                run.workflow_id,
+                run.mode,
+                run.user_id,
+                conversation_id,
+                run.status,
+                _dump(run.inputs),
+                _dump(run.outputs),
+                run.error,
+                run.elapsed_time,
+                run.total_tokens,
+                run.total_steps,
+                run.exceptions_count,
+                run.created_at,
+                run.finished_at,
+            ),
+        )
+        if run.nodes:
+            tx.executemany(
+                "INSERT INTO node_executions (id, workflow_run_id, idx, node_id, node_type, title, "
+                "predecessor_node_id, status, inputs, process_data, outputs, error, elapsed_time, "
+                "execution_metadata, created_at, finished_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [_node_row(run.id, node) for node in run.nodes],
+            )
+        if run.files:
+            tx.executemany(
+                "INSERT INTO files (id, workflow_run_id, variable, belongs_to, filename, "
+                "extension, mime_type, size, transfer_method, remote_url, path) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [_file_row(run.id, file) for file in run.files],
+            )
+
+    def run(self, run_id: str) -> RunRecord | None:
+        with self.db.read() as tx:
+            row = tx.execute(
+                "SELECT id, app_id, workflow_id, mode, user_id, status, inputs, outputs, error, "
+                "elapsed_time, total_tokens, total_steps, exceptions_count, created_at, "
+                "finished_at FROM workflow_runs WHERE id = ?",
+                (run_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            nodes = [
+                NodeExecutionRecord(
+                    id=n[0],
+                    index=n[1],
+                    node_id=n[2],
+                    node_type=n[3],
+                    title=n[4],
+                    predecessor_node_id=n[5],
+                    status=n[6],
+                    inputs=_load(n[7]) or {},
+                    process_data=_load(n[8]) or {},
+                    outputs=_load(n[9]) or {},
+                    error=n[10],
+                    elapsed_time=n[11],
+                    execution_metadata=_load(n[12]) or {},
+                    created_at=n[13],
+                    finished_at=n[14],
+                )
+                for n in tx.execute(
+                    "SELECT id, idx, node_id, node_type, title, predecessor_node_id, status, "
+                    "inputs, process_data, outputs, error, elapsed_time, execution_metadata, "
+                    "created_at, finished_at FROM node_executions WHERE workflow_run_id = ? "
+                    "ORDER BY idx",
+                    (run_id,),
+                ).fetchall()
+            ]
+            files = [
+                FileRecord(*f)
+                for f in tx.execute(
+                    "SELECT id, variable, belongs_to, filename, extension, mime_type, size, "
+                    "transfer_method, remote_url, path FROM files WHERE workflow_run_id = ?",
+                    (run_id,),
+                ).fetchall()
+            ]
+        return RunRecord(
+            id=row[0],
+            app_id=row[1],
+            workflow_id=row[2],
+            mode=row[3],
+            user_id=row[4],
+            status=row[5],
+            inputs=_load(row[6]) or {},
+            outputs=_load(row[7]) or {},
+            error=row[8],
+            elapsed_time=row[9],
+            total_tokens=row[10],
+            total_steps=row[11],
+            exceptions_count=row[12],
+            created_at=row[13],
+            finished_at=row[14],
+            nodes=nodes,
+            files=files,
+        )
+
+    # ---- conversations and messages
+
+    def messages(self, conversation_id: str) -> list[MessageRecord]:
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages m "
+                "JOIN workflow_runs r ON r.id = m.workflow_run_id "
+                "WHERE m.conversation_id = ? ORDER BY m.seq",
+                (conversation_id,),
+            ).fetchall()
+        return [_message(row) for row in rows]
+
+    def message_page(
+        self, conversation_id: str, *, before_id: str | None, limit: int
+    ) -> tuple[list[MessageRecord], bool]:
+        with self.db.read() as tx:
+            before = None
+            if before_id:
+                found = tx.execute(
+                    "SELECT seq FROM messages WHERE id = ? AND conversation_id = ?",
+                    (before_id, conversation_id),
+                ).fetchone()
+                if found is None:
+                    raise KeyError(before_id)
+                before = found[0]
+            rows = tx.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages m "
+                "JOIN workflow_runs r ON r.id = m.workflow_run_id "
+                "WHERE m.conversation_id = ? AND m.seq < ? ORDER BY m.seq DESC LIMIT ?",
+                (conversation_id, before if before is not None else 2**62, limit + 1),
+            ).fetchall()
+        has_more = len(rows) > limit
+        return [_message(row) for row in reversed(rows[:limit])], has_more
+
+    def conversation(self, conversation_id: str) -> ConversationRecord | None:
+        with self.db.read() as tx:
+            row = tx.execute(
+                f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = ?",
+                (conversation_id,),
+            ).fetchone()
+        return _conversation(row) if row else None
+
+    def conversations(
+        self,
+        *,
+        app_id: str,
+        user_id: str,
+        after_id: str | None,
+        limit: int,
+        sort_by: str = "-updated_at",
+    ) -> tuple[list[ConversationRecord], bool]:
+        column = sort_by.lstrip("-")
+        if column not in ("created_at", "updated_at"):
+            raise ValueError(sort_by)
+        descending = sort_by.startswith("-")
+        order = f"{column} {'DESC' if descending else 'ASC'}, id {'DESC' if descending else 'ASC'}"
+        where = "app_id = ? AND user_id = ?"
+        params: list[Any] = [app_id, user_id]
+        with self.db.read() as tx:
+            if after_id:
+                anchor = tx.execute(
+                    f"SELECT {column}, id FROM conversations WHERE id = ? AND {where}",
+                    (after_id, app_id, user_id),
+                ).fetchone()
+                if anchor is None:
+                    raise KeyError(after_id)
+                cmp = "<" if descending else ">"
+                where += f" AND ({column} {cmp} ? OR ({column} = ? AND id {cmp} ?))"
+                params += [anchor[0], anchor[0], anchor[1]]
+            rows = tx.execute(
+                f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE {where} "
+                f"ORDER BY {order} LIMIT ?",
+                (*params, limit + 1),
+            ).fetchall()
+        return [_conversation(row) for row in rows[:limit]], len(rows) > limit
+
+    def delete_conversation(self, conversation_id: str, *, app_id: str, user_id: str) -> bool:
+        with self.db.transaction(leases=True) as tx:
+            found = tx.execute(
+                "SELECT id FROM conversations WHERE id = ? AND app_id = ? AND user_id = ?",
+                (conversation_id, app_id, user_id),
+            ).fetchone()
+            if found is None:
+                return False
+            # Children first: not every backend cascades through every path.
+            for sql in (
+                "DELETE FROM messages WHERE conversation_id = ?",
+                "DELETE FROM node_executions WHERE workflow_run_id IN "
+                "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
+                "DELETE FROM files WHERE workflow_run_id IN "
+                "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
+                "DELETE FROM workflow_runs WHERE conversation_id = ?",
+                "DELETE FROM conversation_variables WHERE conversation_id = ?",
+                "DELETE FROM conversation_leases WHERE conversation_id = ?",
+                "DELETE FROM conversations WHERE id = ?",
+            ):
+                tx.execute(sql, (conversation_id,))
+        return True
+
+    def variables(self, conversation_id: str) -> dict[str, VariableValue]:
+        with self.db.read() as tx:
+            rows = tx.execute(
+                "SELECT name, value_type, value FROM conversation_variables "
+                "WHERE conversation_id = ?",
+                (conversation_id,),
+            ).fetchall()
+        return {name: VariableValue(kind, _load(value)) for name, kind, value in rows}
+
+    # ---- uploads
+
+    def add_upload(self, upload: UploadRecord) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(
+                f"INSERT INTO uploads ({_UPLOAD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    upload.id,
+                    upload.app_id,
+                    upload.user_id,
+                    upload.name,
+                    upload.size,
+                    upload.extension,
+                    upload.mime_type,
+                    upload.path,
+                    upload.created_at,
+                ),
+            )
+
+    def upload(self, upload_id: str) -> UploadRecord | None:
+        with self.db.read() as tx:
+            row = tx.execute(
+                f"SELECT {_UPLOAD_COLUMNS} FROM uploads WHERE id = ?", (upload_id,)
+            ).fetchone()
+        return UploadRecord(*row) if row else None
+
+    def close(self) -> None:
+        self.db.close()
+
+
+_MESSAGE_COLUMNS = (
+    "m.id, m.query, m.answer, m.status, m.error, m.total_tokens, m.created_at, "
+    "m.conversation_id, r.inputs, m.workflow_run_id"
+)
+_CONVERSATION_COLUMNS = (
+    "id, app_id, user_id, mode, name, inputs, dialogue_count, created_at, updated_at"
+)
+_UPLOAD_COLUMNS = "id, app_id, user_id, name, size, extension, mime_type, path, created_at"
+
+
+def _message(row: Sequence[Any]) -> MessageRecord:
+    return MessageRecord(
+        id=row[0],
+        query=row[1],
+        answer=row[2],
+        status=row[3],
+        error=row[4],
+        total_tokens=row[5],
+        created_at=row[6],
+        conversation_id=row[7],
+        inputs=_load(row[8]) or {},
+        workflow_run_id=row[9],
+    )
+
+
+def _conversation(row: Sequence[Any]) -> ConversationRecord:
+    return ConversationRecord(
+        id=row[0],
+        app_id=row[1],
+        user_id=row[2],
+        mode=row[3],
+        name=row[4],
+        inputs=_load(row[5]) or {},
+        dialogue_count=row[6],
+        created_at=row[7],
+        updated_at=row[8],
+    )
+
+
+class _RelationalTurn(Turn):
+    def __init__(
+        self,
+        store: RelationalStore,
+        owner: str,
+        app_id: str,
+        user_id: str,
+        mode: str,
+        state: TurnState,
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.app_id = app_id
+        self.user_id = user_id
+        self.mode = mode
+        self.state = state
+        self._open = True
+
+    def commit(self, result: TurnResult) -> None:
+        if not self._open:
+            raise RuntimeError("turn already ended")
+        try:
+            self.store._commit_turn(self, result)
+        finally:
+            self._open = False
+
+    def release(self) -> None:
+        if self._open:
+            self._open = False
+            self.store._release(self.state.conversation_id, self.owner)
+
+
+def statements(script: str) -> Iterator[str]:
+    """A migration's statements (no `;` inside literals in our migrations)."""
+    for part in script.split(";"):
+        if part.strip():
+            yield part.strip()
+
+
+def _node_row(run_id: str, node: NodeExecutionRecord) -> tuple[Any, ...]:
+    return (
+        node.id,
+        run_id,
+        node.index,
+        node.node_id,
+        node.node_type,
+        node.title,
+        node.predecessor_node_id,
+        node.status,
+        _dump(node.inputs),
+        _dump(node.process_data),
+        _dump(node.outputs),
+        node.error,
+        node.elapsed_time,
+        _dump(node.execution_metadata),
+        node.created_at,
+        node.finished_at,
+    )
+
+
+def _file_row(run_id: str, file: FileRecord) -> tuple[Any, ...]:
+    return (
+        file.id,
+        run_id,
+        file.variable,
+        file.belongs_to,
+        file.filename,
+        file.extension,
+        file.mime_type,
+        file.size,
+        file.transfer_method,
+        file.remote_url,
+        file.path,
+    )
