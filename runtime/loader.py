@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from nodes.config import QUOTE_LIMIT, shown
 from nodes.registry import CONTAINER_PARTS, KNOWN_UNSUPPORTED, NODE_TYPES
 from runtime.dsl_models import Document, Edge, RawNode
 from runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
@@ -89,10 +90,10 @@ class _Loader:
                 continue
             if node.type in _DECORATIVE_NODE_TYPES:
                 continue
-            node_type = str(node.data.get("type", ""))
+            node_type = _plain(node.data.get("type", ""))
             if node_type in CONTAINER_PARTS:
                 continue  # part of an iteration or loop: the container is judged as a whole
-            ref = NodeRef(node.id, str(node.data.get("title", "")), node_type or "?")
+            ref = NodeRef(node.id, _plain(node.data.get("title", "")), node_type or "?")
             if node.id in nodes:
                 self.problems.append(Problem("dsl.node.duplicateId", {}, ref))
                 continue
@@ -171,6 +172,13 @@ class _Loader:
                             "dsl.selector.notWritable", {"selector": ".".join(selector)}, _ref(node)
                         )
                     )
+
+
+def _plain(value: Any) -> str:
+    """A node's type or title as a message may quote it: short, never expanded."""
+    if isinstance(value, str):
+        return value if len(value) <= QUOTE_LIMIT else value[:QUOTE_LIMIT] + "…"
+    return shown(value)
 
 
 def _container_of(raw_node: Any) -> str | None:
