@@ -10,9 +10,11 @@ from jinja2 import Template, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
 from nodes.base import NodeRunError
+from nodes.rendering import MAX_RENDERED_CHARS, TextBuilder
 
-# Dify caps template output; an unbounded template can exhaust memory.
-MAX_OUTPUT_CHARS = 400_000
+# Dify caps template output; an unbounded template can exhaust memory. The cap
+# and its check are the ones every rendered text has (nodes/rendering.py).
+MAX_OUTPUT_CHARS = MAX_RENDERED_CHARS
 
 _ENV = SandboxedEnvironment(autoescape=False, keep_trailing_newline=True)
 
@@ -25,10 +27,10 @@ def _compiled(template: str) -> Template:
 
 
 def render_jinja(template: str, variables: Mapping[str, Any]) -> str:
+    text = TextBuilder()
     try:
-        text = _compiled(template).render(**variables)
+        for piece in _compiled(template).generate(**variables):  # checked while produced
+            text.add(piece)
     except TemplateError as exc:
         raise NodeRunError("dsl.node.templateError", detail=str(exc)) from exc
-    if len(text) > MAX_OUTPUT_CHARS:
-        raise NodeRunError("dsl.node.templateTooLong", size=len(text), limit=MAX_OUTPUT_CHARS)
-    return text
+    return text.text()

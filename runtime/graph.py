@@ -71,16 +71,6 @@ class Graph:
                     stack.append(edge.target)
         return frozenset(seen)
 
-    def ancestors(self, node_id: str) -> set[str]:
-        seen: set[str] = set()
-        stack = [node_id]
-        while stack:
-            for edge in self.in_edges(stack.pop()):
-                if edge.source not in seen:
-                    seen.add(edge.source)
-                    stack.append(edge.source)
-        return seen
-
 
 def find_cycle(node_ids: list[str], edges: list[tuple[str, str]]) -> list[str] | None:
     """One cycle as a list of node ids (first repeated at the end), or None."""
