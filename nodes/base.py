@@ -12,12 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from locales.localized_error import LocalizedError
 from nodes.cancel import CancelToken
-<<<<<<< HEAD
 from nodes.selectors import Selector
-=======
-from nodes.rendering import TextBudget, TextBuilder
-from nodes.selectors import Selector, TextSegment, parse_template
->>>>>>> main
 
 if TYPE_CHECKING:
     from connectors.hub import Connectors
@@ -199,39 +194,8 @@ class NodeResult:
     # How the node did it (Dify's process_data): e.g. the LLM node's resolved
     # first-token budget and which route answered. Not a variable.
     process_data: Mapping[str, Any] | None = None
-<<<<<<< HEAD
     # Tokens a model call used (`prompt_tokens`, `completion_tokens`, `total_tokens`).
     usage: Mapping[str, Any] | None = None
     # Variables outside the node's outputs to set, applied when it succeeds
     # (an assigner's conversation variables).
     updates: Mapping[Selector, Any] = field(default_factory=dict)
-=======
-
-
-def to_text(value: Any) -> str:
-    """How a variable renders inside a text template (Dify: objects and arrays as JSON)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool | dict | list):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
-
-
-def render_selectors(
-    template: str, variables: VariableReader, budget: TextBudget | None = None
-) -> str:
-    """Replace every `{{#node.var#}}` with its value; a missing value renders empty.
-
-    The text is capped while it is built (`nodes.rendering`); pass `budget` to
-    count several renders against one cap (the messages of one prompt).
-    """
-    text = TextBuilder(budget)
-    for segment in parse_template(template):
-        if isinstance(segment, TextSegment):
-            text.add(segment.text)
-        else:
-            text.add(to_text(variables.get(segment.selector)))
-    return text.text()
->>>>>>> main

@@ -27,7 +27,6 @@ from nodes.config import (
     dsl_error,
     shown,
 )
-<<<<<<< HEAD
 from nodes.llm_prompt import (
     ContextConfig,
     MemoryConfig,
@@ -39,11 +38,6 @@ from nodes.llm_prompt import (
     shown_prompt,
 )
 from nodes.selectors import Selector
-=======
-from nodes.jinja import render_jinja
-from nodes.rendering import TextBudget
-from nodes.selectors import Selector, template_selectors
->>>>>>> main
 from plugin_daemon_client.durations import DurationError, parse_duration
 
 if TYPE_CHECKING:
@@ -157,7 +151,6 @@ def needs(data: Data) -> Needs:
     return Needs(model_providers=frozenset({data.model.provider}), streams=frozenset({"text"}))
 
 
-<<<<<<< HEAD
 def messages_for(data: Data, ctx: NodeContext) -> list[dict[str, Any]]:
     return build_messages(
         data.messages,
@@ -170,39 +163,6 @@ def messages_for(data: Data, ctx: NodeContext) -> list[dict[str, Any]]:
         in_chat=bool(ctx.variables.get(("sys", "conversation_id"))),
         vision=data.vision,
     )
-=======
-def build_messages(data: Data, variables: VariableReader) -> list[dict[str, str]]:
-    """The prompt's messages, rendered against one cap for the whole prompt.
-
-    The context (`{{#context#}}`) goes in as text: a retrieved document that
-    contains `{{#env.SECRET#}}` is not a template and does not pull variables in.
-    """
-    context = ""
-    if data.context.enabled and data.context.variable_selector:
-        context = _context_text(variables.get(data.context.variable_selector))
-    jinja_values = {
-        v.variable: variables.get(v.value_selector) for v in data.prompt_config.jinja2_variables
-    }
-    budget = TextBudget()
-    messages: list[dict[str, str]] = []
-    for message in data.messages:
-        if message.edition_type == "jinja2":
-            content = render_jinja(message.jinja2_text or "", jinja_values)
-            budget.charge(len(content))
-        else:
-            pieces: list[str] = []
-            for index, part in enumerate(message.text.split(CONTEXT_PLACEHOLDER)):
-                if index:
-                    budget.charge(len(context))
-                    pieces.append(context)
-                pieces.append(render_selectors(part, variables, budget))
-            content = "".join(pieces)
-        role = "user" if data.model.mode == "completion" else message.role
-        messages.append({"role": role, "content": content})
-    if not messages:
-        raise NodeRunError("dsl.node.emptyPrompt")
-    return messages
->>>>>>> main
 
 
 def seconds(ms: int | None) -> float | None:

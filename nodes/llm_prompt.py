@@ -20,6 +20,7 @@ from nodes.base import ChatTurn, NodeRunError, VariableReader
 from nodes.config import DslModel, OptionalSelector, SelectorField, between
 from nodes.files import DEFAULT_SIZE_LIMITS, File, FileType
 from nodes.jinja import render_jinja
+from nodes.rendering import TextBudget
 from nodes.selectors import Selector, template_selectors
 from nodes.values import as_text, render_text
 
@@ -164,19 +165,28 @@ def build_messages(
     if context.selector:
         context_text = _context_text(variables.get(context.selector))
     jinja_values = {v.variable: variables.get(v.value_selector) for v in config.jinja2_variables}
+    # One cap for the whole prompt (`nodes.rendering`). The context goes in as
+    # text: a retrieved document that contains `{{#env.SECRET#}}` is not a
+    # template and pulls no variables in.
+    budget = TextBudget()
     rendered: list[dict[str, str]] = []
     for message in messages:
         if message.edition_type == "jinja2":
             content = render_jinja(message.jinja2_text or "", jinja_values)
+            budget.charge(len(content))
         else:
-            content = render_text(
-                message.text.replace(CONTEXT_PLACEHOLDER, context_text), variables
-            )
+            pieces: list[str] = []
+            for index, part in enumerate(message.text.split(CONTEXT_PLACEHOLDER)):
+                if index:
+                    budget.charge(len(context_text))
+                    pieces.append(context_text)
+                pieces.append(render_text(part, variables, budget))
+            content = "".join(pieces)
         rendered.append({"role": "user" if completion else message.role, "content": content})
     uses_memory = in_chat and memory is not None and memory.enabled
     if uses_memory:
         assert memory is not None
-        query = render_text(memory.query, variables)
+        query = render_text(memory.query, variables, budget)
         if completion:
             _merge_completion_memory(rendered, _history_text(history, memory), query)
         else:
