@@ -162,6 +162,8 @@ def messages_for(data: Data, ctx: NodeContext) -> list[dict[str, Any]]:
         history=ctx.history,
         in_chat=bool(ctx.variables.get(("sys", "conversation_id"))),
         vision=data.vision,
+        executor=ctx.code_executor,
+        cancel=ctx.cancel,
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -23,6 +23,9 @@ from nodes.jinja import render_jinja
 from nodes.rendering import TextBudget
 from nodes.selectors import Selector, template_selectors
 from nodes.values import as_text, render_text
+
+if TYPE_CHECKING:
+    from sandbox.executor import Cancellable, CodeExecutor
 
 CONTEXT_PLACEHOLDER = "{{#context#}}"
 HISTORIES_PLACEHOLDERS = ("{{#histories#}}", "#histories#")
@@ -158,9 +161,12 @@ def build_messages(
     history: Sequence[ChatTurn],
     in_chat: bool,
     vision: VisionConfig | None = None,
+    executor: CodeExecutor | None = None,
+    cancel: Cancellable | None = None,
 ) -> list[dict[str, Any]]:
     """The messages sent to the model. `in_chat`: the run has a conversation
-    (Dify gives an LLM node memory only then)."""
+    (Dify gives an LLM node memory only then). Jinja2 messages that need it
+    render in the code sandbox (`executor`)."""
     context_text = ""
     if context.selector:
         context_text = _context_text(variables.get(context.selector))
@@ -172,7 +178,9 @@ def build_messages(
     rendered: list[dict[str, str]] = []
     for message in messages:
         if message.edition_type == "jinja2":
-            content = render_jinja(message.jinja2_text or "", jinja_values)
+            content = render_jinja(
+                message.jinja2_text or "", jinja_values, executor=executor, cancel=cancel
+            )
             budget.charge(len(content))
         else:
             pieces: list[str] = []

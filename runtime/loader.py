@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nodes.base import FAIL_HANDLE, Role
+from nodes.base import ANY_OUTPUT, FAIL_HANDLE, Role
 from nodes.config import QUOTE_LIMIT, shown
 from nodes.registry import CONTAINER_PARTS, KNOWN_UNSUPPORTED, NODE_TYPES
 from runtime.ancestry import Ancestry
@@ -326,7 +326,7 @@ def _check_selector(
     names = outputs.get(head)
     if names is None:
         names = outputs[head] = output_names(target)
-    if name not in names:
+    if name not in names and ANY_OUTPUT not in names:
         return Problem(
             "dsl.selector.unknownVariable",
             {

@@ -70,8 +70,8 @@ def test_validate_on_the_command_line() -> None:
     assert loads.returncode == 0, loads.stderr
     refused = firstgate("validate", str(CORPUS / "unsupported_chat.yml"))
     assert refused.returncode == 2
-    assert "has 4 problem(s)" in refused.stderr
-    assert 'node weather "Weather" (tool): node type "tool" is not supported yet' in refused.stderr
+    assert "has 3 problem(s)" in refused.stderr
+    assert 'node helper "Helper" (agent): node type "agent" is not supported yet' in refused.stderr
     assert "Traceback" not in refused.stderr
 
 
