@@ -14,12 +14,12 @@ import base64
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from nodes.base import ChatTurn, NodeRunError, VariableReader
 from nodes.config import DslModel, OptionalSelector, SelectorField, between
 from nodes.files import DEFAULT_SIZE_LIMITS, File, FileType
-from nodes.jinja import render_jinja
+from nodes.jinja import checked_template, render_jinja
 from nodes.rendering import TextBudget
 from nodes.selectors import Selector, template_selectors
 from nodes.values import as_text, render_text
@@ -39,6 +39,14 @@ class PromptMessage(DslModel):
     text: str = ""
     edition_type: Literal["basic", "jinja2"] = "basic"
     jinja2_text: str | None = None
+
+    @model_validator(mode="after")
+    def _jinja_compiles(self) -> PromptMessage:
+        # Checked only where it is used: the editor keeps a stale jinja2_text
+        # around when a message is switched back to basic.
+        if self.edition_type == "jinja2":
+            checked_template(self.jinja2_text or "")
+        return self
 
 
 class Jinja2Variable(DslModel):
