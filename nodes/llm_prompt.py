@@ -149,7 +149,8 @@ def _history_messages(history: Sequence[ChatTurn], turns: int) -> list[dict[str,
     return messages
 
 
-def _history_text(history: Sequence[ChatTurn], memory: MemoryConfig) -> str:
+def history_text(history: Sequence[ChatTurn], memory: MemoryConfig) -> str:
+    """The memory window as `Human: ...` / `Assistant: ...` lines (completion prompts)."""
     prefix = memory.role_prefix or RolePrefix()
     lines: list[str] = []
     for turn in list(history)[-memory.turns :]:
@@ -204,7 +205,7 @@ def build_messages(
         assert memory is not None
         query = render_text(memory.query, variables, budget)
         if completion:
-            _merge_completion_memory(rendered, _history_text(history, memory), query)
+            _merge_completion_memory(rendered, history_text(history, memory), query)
         else:
             rendered.extend(_history_messages(history, memory.turns))
             rendered.append({"role": "user", "content": query})
