@@ -5,7 +5,8 @@ Fields (Dify's): `query` (a selector), `parameters` (`name`, `type`:
 string / number / boolean (or `bool`) / select / array[string] /
 array[number] / array[object] / array[boolean], `description`, `required`,
 `options`), `instruction` (a template), `reasoning_mode` (`function_call`,
-the default, or `prompt`), `model`, `memory`, `vision`; and firstgate's
+the default, or `prompt`), `model`, `memory` (in a conversation: the earlier
+turns go into the system prompt), `vision`; and firstgate's
 `invocation` (the gate's budgets). Outputs: one per parameter, plus
 `__is_success` (1 or 0), `__reason` (None, or why not) and `__usage`.
 
@@ -34,10 +35,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from nodes.base import NodeContext, NodeResult, render_selectors, to_text
+from nodes.base import Needs, NodeContext, NodeResult
 from nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error, shown
 from nodes.json_answer import read_json_object
-from nodes.model_call import Invocation, ModelConfig, call_model, move_legacy_gate_params
+from nodes.llm_prompt import MemoryConfig
+from nodes.model_call import (
+    Invocation,
+    ModelConfig,
+    call_model,
+    memory_text,
+    move_legacy_gate_params,
+)
 from nodes.parameter_values import (
     LEGACY_TYPES,
     PARAMETER_TYPES,
@@ -49,6 +57,7 @@ from nodes.parameter_values import (
     json_schema,
 )
 from nodes.selectors import Selector, template_selectors
+from nodes.values import as_text, render_text
 from plugin_daemon_client.invoke import ModelReply, ModelRequest
 from plugin_daemon_client.protocols import ToolSpec
 
@@ -109,7 +118,7 @@ class Data(BaseNodeData):
     parameters: list[ParameterConfig] = Field(min_length=1)
     instruction: str = ""
     reasoning_mode: Literal["function_call", "prompt"] = "function_call"
-    memory: dict[str, Any] | None = None
+    memory: MemoryConfig | None = None
     vision: VisionSettings = Field(default_factory=VisionSettings)
     invocation: Invocation = Field(default_factory=Invocation)
 
@@ -147,8 +156,9 @@ def selectors(data: Data) -> list[Selector]:
     return [data.query, *template_selectors(data.instruction)]
 
 
-def model_providers(data: Data) -> set[str]:
-    return {data.model.provider}
+def needs(data: Data) -> Needs:
+    # Its reply is JSON for itself, not text for an answer: nothing streams.
+    return Needs(model_providers=frozenset({data.model.provider}))
 
 
 def output_names(data: Data) -> set[str]:
@@ -275,15 +285,16 @@ def outcome(parameters: list[Parameter], found: dict[str, Any] | None) -> tuple[
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
-    query = to_text(ctx.variables.get(data.query))
-    instruction = render_selectors(data.instruction, ctx.variables)
-    messages = build_messages(data, query, instruction)
+    query = as_text(ctx.variables.get(data.query))
+    instruction = render_text(data.instruction, ctx.variables)
+    messages = build_messages(data, query, instruction, memory_text(data.memory, ctx))
     request = build_request(data, messages)
     reply = call_model(ctx, data.model.provider, request, stream_text=False)
     values, reason = outcome(data.typed(), answer_of(reply))
     usage = reply.usage_dict()
     function = request.tools[0] if request.tools else None
     return NodeResult(
+        usage=usage,
         outputs={
             **values,
             "__is_success": 0 if reason else 1,

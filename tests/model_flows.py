@@ -14,6 +14,7 @@ import yaml
 from runtime import events as ev
 from runtime import load_workflow
 from runtime.settings import load_settings
+from tests import run_events
 from tests.fakes import model_answers as ma
 from tests.fakes.llm_server import Scenario
 
@@ -185,5 +186,5 @@ def of(events: list[ev.Event], kind: type[Any]) -> list[Any]:
     return [e for e in events if isinstance(e, kind)]
 
 
-def final(events: list[ev.Event]) -> ev.Event:
-    return events[-1]
+def final(events: list[ev.Event]) -> ev.WorkflowFinished:
+    return run_events.final(events)
