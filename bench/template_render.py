@@ -1,4 +1,4 @@
-"""8. Template render cost: what bounding untrusted templates costs per render.
+"""10. Template render cost: what bounding untrusted templates costs per render.
 
     python -m bench.template_render [--gevent] [--renders 20000]
 
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--isolated", type=int, default=200)
     parser.add_argument("--gevent", action="store_true")
     args = parser.parse_args()
-    header("8. template render cost")
+    header("10. template render cost")
     plain = SandboxedEnvironment(**OPTIONS)
     for name, (source, values) in CASES.items():
         assert compile_template(source).isolate_because is None
