@@ -164,8 +164,17 @@ def test_an_llm_jinja2_prompt_that_computes_renders_in_the_sandbox(pool: Process
             ],
         }
     )
+    from nodes.base import NodeContext
+    from nodes.cancel import CancelToken
+
+    def context(executor: ProcessSandbox | None) -> NodeContext:
+        return NodeContext(
+            node_id="l", attempt=1, variables=Values(), cancel=CancelToken(), code_executor=executor
+        )
+
     assert compile_template("{{ '-' * n }}|").isolate_because == "Mul"
-    assert llm.build_messages(data, Values(), pool) == [{"role": "user", "content": "---|"}]
+    (message,) = llm.messages_for(data, context(pool))
+    assert (message["role"], message["content"]) == ("user", "---|")
     with pytest.raises(Exception) as caught:
-        llm.build_messages(data, Values())  # no sandbox: refused, not rendered here
+        llm.messages_for(data, context(None))  # no sandbox: refused, not rendered here
     assert getattr(caught.value, "message_key", "") == "errors.template.noSandbox"
