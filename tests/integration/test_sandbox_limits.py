@@ -619,3 +619,18 @@ def test_workers_exit_when_the_runtime_dies() -> None:
         time.sleep(0.05)
     os.killpg(worker_pid, 9)
     pytest.fail("the sandbox worker outlived the runtime that started it")
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(
+    not os.path.exists(SYSTEM_PYTHON)
+    or os.path.realpath(SYSTEM_PYTHON) == os.path.realpath(__import__("sys").executable),
+    reason="needs a second Python interpreter",
+)
+def test_the_workers_interpreter_can_be_another_python() -> None:
+    # Its own library directories are found and allowed, the runtime's are not needed.
+    code = "import sys, json, decimal\ndef main():\n    return {'exe': sys.executable}\n"
+    with small_sandbox(workers=1, python=SYSTEM_PYTHON) as other:
+        assert other.execute("python3", code, {}) == {"exe": SYSTEM_PYTHON}
