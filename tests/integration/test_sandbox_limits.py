@@ -634,3 +634,15 @@ def test_the_workers_interpreter_can_be_another_python() -> None:
     code = "import sys, json, decimal\ndef main():\n    return {'exe': sys.executable}\n"
     with small_sandbox(workers=1, python=SYSTEM_PYTHON) as other:
         assert other.execute("python3", code, {}) == {"exe": SYSTEM_PYTHON}
+
+
+def test_the_standard_library_beyond_the_preloaded_modules_imports(pool: ProcessSandbox) -> None:
+    # Not imported by the worker ahead: read from the interpreter's own directories,
+    # which the file-system allow-list must include.
+    code = (
+        "import difflib, pprint, xml.etree.ElementTree as ET, zoneinfo\n"
+        "def main():\n"
+        "    return {'ratio': difflib.SequenceMatcher(None, 'abc', 'abd').ratio(),\n"
+        "            'tag': ET.fromstring('<a/>').tag}\n"
+    )
+    assert pool.execute("python3", code, {}) == {"ratio": 2 / 3, "tag": "a"}
