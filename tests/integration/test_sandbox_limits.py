@@ -595,7 +595,7 @@ pool.start()
 (worker,) = list(pool._workers)
 threading.Thread(target=pool.execute, args=("python3", "import time\\ndef main():\\n    time.sleep(100)\\n", {}), daemon=True).start()
 time.sleep(2)  # the worker has forked ahead and waits for requests
-print(worker.pid, flush=True)
+print(worker.pid, worker.base_dir, flush=True)
 os._exit(1)  # no clean-up of any kind
 """
 
@@ -610,15 +610,22 @@ def test_workers_exit_when_the_runtime_dies() -> None:
         timeout=60,
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
-    worker_pid = int(out.stdout.split()[0])
-    for _ in range(100):  # the worker sees its socket close, ends the job and exits
-        try:
-            os.killpg(worker_pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    os.killpg(worker_pid, 9)
-    pytest.fail("the sandbox worker outlived the runtime that started it")
+    pid, base_dir = out.stdout.split()
+    worker_pid = int(pid)
+    try:
+        for _ in range(100):  # the worker sees its socket close, ends the job and exits
+            try:
+                os.killpg(worker_pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.killpg(worker_pid, 9)
+        pytest.fail("the sandbox worker outlived the runtime that started it")
+    finally:
+        # What a runtime killed outright leaves: its workers' (now empty) directories.
+        import shutil
+
+        shutil.rmtree(base_dir, ignore_errors=True)
 
 
 SYSTEM_PYTHON = "/usr/bin/python3"
