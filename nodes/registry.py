@@ -51,8 +51,6 @@ class NodeSpec:
     needs: Callable[[BaseNodeData], Needs]
     # Response nodes: the text and variables they stream, in order.
     template: Callable[[BaseNodeData], list[Segment]] | None = None
-    # Runs code through `ctx.code_executor` (the runtime starts it with the run).
-    uses_code_executor: bool = False
     # A branch node's handles under the default-value strategy (None: the success edges).
     default_handles: Callable[[BaseNodeData, dict[str, Any]], frozenset[str]] | None = None
 
@@ -81,7 +79,6 @@ def _spec(module: ModuleType, type_name: str) -> NodeSpec:
         handles=getattr(module, "handles", _success_only),
         needs=getattr(module, "needs", _no_needs),
         template=template,
-        uses_code_executor=getattr(module, "USES_CODE_EXECUTOR", False),
         default_handles=getattr(module, "default_handles", None),
     )
 
