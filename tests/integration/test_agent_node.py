@@ -205,3 +205,25 @@ def test_bad_agent_parameters_are_refused_at_load(
     with pytest.raises(DslError) as caught:
         load(tmp_path, mf.agent_data(**parameters))
     assert needle in str(caught.value)
+
+
+def test_the_cli_shows_agent_logs_in_json_and_the_answer_in_the_human_view(
+    tmp_path: Path,
+) -> None:
+    from tests.integration.test_cli import firstgate
+
+    flow_path = tmp_path / "flow.yml"
+    flow_path.write_text(yaml.safe_dump(flow(mf.agent_data())), encoding="utf-8")
+    scenario = ma.in_turn(ma.answer("", [ma.Call("weekday", NEW_YEAR)]), ma.answer("Monday."))
+    with fake.FakeLLMServer(scenario) as srv:
+        settings = tmp_path / "settings.yml"
+        settings.write_text(yaml.safe_dump(mf.routes(srv)), encoding="utf-8")
+        args = ["run", str(flow_path), "--settings", str(settings), "--input", "q=which day?"]
+        as_json = firstgate(*args, "--json")
+        human = firstgate(*args)
+    assert as_json.returncode == 0, as_json.stderr
+    lines = [json.loads(line) for line in as_json.stdout.splitlines() if line.strip()]
+    labels = [line["data"]["label"] for line in lines if line["event"] == "agent_log"]
+    assert labels.count("CALL weekday") == 2  # its start and its end
+    assert human.returncode == 0, human.stderr
+    assert "Monday." in human.stdout and "Traceback" not in human.stderr
