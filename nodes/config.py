@@ -111,6 +111,16 @@ def _selector(value: Any) -> Selector:
 SelectorField = Annotated[Selector, BeforeValidator(_selector)]
 
 
+def _optional_selector(value: Any) -> Selector | None:
+    # The editor writes `[]` (or nothing) for a selector not chosen yet.
+    if value is None or value == [] or value == ():
+        return None
+    return _selector(value)
+
+
+OptionalSelector = Annotated[Selector | None, BeforeValidator(_optional_selector)]
+
+
 class DslModel(BaseModel):
     """Unknown keys the editor writes (positions, icons, UI state) are ignored."""
 

@@ -35,9 +35,10 @@ from connectors.guarded_http import (
     Timeouts,
     safe_url,
 )
-from nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader, render_selectors
+from nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
 from nodes.config import BaseNodeData, DslModel, dsl_error, shown
 from nodes.selectors import Selector, template_selectors
+from nodes.values import render_text
 
 TYPE = "http-request"
 SUPPORTS_RETRY = True
@@ -201,7 +202,7 @@ def _json_body(text: str) -> Any:
 
 def build_request(data: Data, variables: VariableReader) -> tuple[RequestSpec, list[str]]:
     """The request to send, and the secrets that must never be shown."""
-    url = render_selectors(data.url, variables).strip()
+    url = render_text(data.url, variables).strip()
     if not url:
         raise NodeRunError("errors.http.noUrl")
     secrets: list[str] = []
@@ -209,15 +210,15 @@ def build_request(data: Data, variables: VariableReader) -> tuple[RequestSpec, l
     if data.authorization.type == "api-key":
         if data.authorization.config is None:
             raise NodeRunError("errors.http.noApiKey")
-        api_key = render_selectors(data.authorization.config.api_key, variables)
+        api_key = render_text(data.authorization.config.api_key, variables)
         if not api_key.strip():
             raise NodeRunError("errors.http.noApiKey")
         secrets.append(api_key)
-    headers = dict(_lines(render_selectors(data.headers, variables)))
+    headers = dict(_lines(render_text(data.headers, variables)))
     auth = _auth_header(data.authorization, api_key)
     secrets.extend(auth.values())
     headers.update(auth)
-    params = _lines(render_selectors(data.params, variables)) or None
+    params = _lines(render_text(data.params, variables)) or None
     spec = RequestSpec(method=data.method, url=url, headers=headers, params=params)
     body = data.body
     if body is None or body.type == "none":
@@ -229,14 +230,14 @@ def build_request(data: Data, variables: VariableReader) -> tuple[RequestSpec, l
     if body.type in ("raw-text", "json"):
         if len(body.data) != 1:
             raise NodeRunError("errors.http.bodyItems", type=body.type)
-        text = render_selectors(body.data[0].value, variables)
+        text = render_text(body.data[0].value, variables)
         if body.type == "json":
             spec.json = _json_body(text)
         else:
             spec.content = text
     else:  # x-www-form-urlencoded, form-data (text items)
         form = {
-            render_selectors(item.key, variables): render_selectors(item.value, variables)
+            render_text(item.key, variables): render_text(item.value, variables)
             for item in body.data
             if item.type == "text"
         }

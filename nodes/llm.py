@@ -12,27 +12,33 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from nodes.base import (
+    Needs,
     NodeContext,
     NodeResult,
     NodeRunError,
     RoutePlan,
     RouteTarget,
-    VariableReader,
     plan_for,
-    render_selectors,
-    to_text,
 )
 from nodes.config import (
     BaseNodeData,
     DslModel,
     Milliseconds,
-    SelectorField,
     _as_int,
     dsl_error,
     shown,
 )
-from nodes.jinja import render_jinja
-from nodes.selectors import Selector, template_selectors
+from nodes.llm_prompt import (
+    ContextConfig,
+    MemoryConfig,
+    PromptConfig,
+    PromptMessage,
+    VisionConfig,
+    build_messages,
+    prompt_selectors,
+    shown_prompt,
+)
+from nodes.selectors import Selector
 
 if TYPE_CHECKING:
     from plugin_daemon_client.first_token_budget import ResolvedBudget
@@ -44,35 +50,18 @@ SUPPORTS_RETRY = True
 # Gate budgets that older flows wrote into completion_params. They are never
 # sent to the model; `invocation` wins when both are present.
 GATE_PARAM_KEYS = ("first_token_timeout_ms", "idle_timeout_ms", "stream_total_timeout_ms")
-CONTEXT_PLACEHOLDER = "{{#context#}}"
 
 
 class ModelConfig(DslModel):
-    provider: str = Field(min_length=1)
-    name: str = Field(min_length=1)
+    # The editor writes "" for both until a model is chosen: the default route serves it.
+    provider: str = ""
+    name: str = ""
     mode: Literal["chat", "completion"] = "chat"
     completion_params: dict[str, Any] = Field(default_factory=dict)
 
 
-class PromptMessage(DslModel):
-    role: Literal["system", "user", "assistant"] = "user"
-    text: str = ""
-    edition_type: Literal["basic", "jinja2"] = "basic"
-    jinja2_text: str | None = None
-
-
-class Jinja2Variable(DslModel):
-    variable: str = Field(min_length=1)
-    value_selector: SelectorField
-
-
-class PromptConfig(DslModel):
-    jinja2_variables: list[Jinja2Variable] = Field(default_factory=list)
-
-
-class ContextConfig(DslModel):
+class StructuredOutput(DslModel):
     enabled: bool = False
-    variable_selector: SelectorField | None = None
 
 
 AUTO = "auto"
@@ -115,7 +104,20 @@ class Data(BaseNodeData):
     prompt_template: list[PromptMessage] | PromptMessage = Field(default_factory=list)
     prompt_config: PromptConfig = Field(default_factory=PromptConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
+    memory: MemoryConfig | None = None
+    vision: VisionConfig = Field(default_factory=VisionConfig)
+    structured_output_enabled: bool = False
     invocation: Invocation = Field(default_factory=Invocation)
+
+    @model_validator(mode="after")
+    def _unsupported_features(self) -> Data:
+        # Refused by name rather than run without it.
+        if self.structured_output_enabled:
+            raise dsl_error(
+                "dsl.node.structuredOutputUnsupported",
+                "structured output is not supported yet; turn it off in this node",
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -140,50 +142,31 @@ class Data(BaseNodeData):
 
 
 def selectors(data: Data) -> list[Selector]:
-    found: list[Selector] = []
-    for message in data.messages:
-        if message.edition_type == "basic":
-            found.extend(template_selectors(message.text))
-    found.extend(v.value_selector for v in data.prompt_config.jinja2_variables)
-    if data.context.enabled and data.context.variable_selector:
-        found.append(data.context.variable_selector)
-    return found
+    return prompt_selectors(
+        data.messages, data.prompt_config, data.context, data.memory, data.vision
+    )
 
 
 def output_names(data: Data) -> set[str]:
     return {"text", "usage", "finish_reason"}
 
 
-def _context_text(value: Any) -> str:
-    # Knowledge-retrieval results are a list of {content: ...} records.
-    if isinstance(value, list):
-        return "\n".join(
-            str(item.get("content", "")) if isinstance(item, dict) else to_text(item)
-            for item in value
-        )
-    return to_text(value)
+def needs(data: Data) -> Needs:
+    return Needs(model_providers=frozenset({data.model.provider}), streams=frozenset({"text"}))
 
 
-def build_messages(data: Data, variables: VariableReader) -> list[dict[str, str]]:
-    context = ""
-    if data.context.enabled and data.context.variable_selector:
-        context = _context_text(variables.get(data.context.variable_selector))
-    jinja_values = {
-        v.variable: variables.get(v.value_selector) for v in data.prompt_config.jinja2_variables
-    }
-    messages: list[dict[str, str]] = []
-    for message in data.messages:
-        if message.edition_type == "jinja2":
-            content = render_jinja(message.jinja2_text or "", jinja_values)
-        else:
-            content = render_selectors(
-                message.text.replace(CONTEXT_PLACEHOLDER, context), variables
-            )
-        role = "user" if data.model.mode == "completion" else message.role
-        messages.append({"role": role, "content": content})
-    if not messages:
-        raise NodeRunError("dsl.node.emptyPrompt")
-    return messages
+def messages_for(data: Data, ctx: NodeContext) -> list[dict[str, Any]]:
+    return build_messages(
+        data.messages,
+        completion=data.model.mode == "completion",
+        config=data.prompt_config,
+        context=data.context,
+        memory=data.memory,
+        variables=ctx.variables,
+        history=ctx.history,
+        in_chat=bool(ctx.variables.get(("sys", "conversation_id"))),
+        vision=data.vision,
+    )
 
 
 def seconds(ms: int | None) -> float | None:
@@ -235,7 +218,7 @@ class _Call:
 
     data: Data
     ctx: NodeContext
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     parameters: dict[str, Any]
     stop: list[str] | None
     prompt_tokens: int
@@ -371,7 +354,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
 
     if ctx.clients is None:
         raise NodeRunError("dsl.node.noModelRoute")
-    messages = build_messages(data, ctx.variables)
+    messages = messages_for(data, ctx)
     parameters, stop = model_parameters(data)
     plan = plan_for(ctx.clients, data.model.provider)
     call = _Call(data, ctx, messages, parameters, stop, estimate_prompt_tokens(messages))
@@ -387,5 +370,11 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     return NodeResult(
         outputs={"text": reply.text, "usage": usage, "finish_reason": reply.finish_reason},
         usage=usage,
-        process_data=_process_data(call, budgets, answered),
+        process_data={
+            "model_mode": data.model.mode,
+            "model_provider": data.model.provider,
+            "model_name": data.model.name,
+            "prompts": shown_prompt(messages),
+            **_process_data(call, budgets, answered),
+        },
     )

@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nodes.base import VariableReader
 from nodes.files import File
+from nodes.selectors import TextSegment, parse_template
 
 
 def as_text(value: Any) -> str:
@@ -65,3 +67,23 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
     return value
+
+
+def render_text(template: str, variables: VariableReader) -> str:
+    """A `{{#node.var#}}` template as a prompt or condition sees it; unset renders empty."""
+    return _render(template, variables, as_text)
+
+
+def render_markdown(template: str, variables: VariableReader) -> str:
+    """A `{{#node.var#}}` template as an answer shows it."""
+    return _render(template, variables, as_markdown)
+
+
+def _render(template: str, variables: VariableReader, show: Any) -> str:
+    parts: list[str] = []
+    for segment in parse_template(template):
+        if isinstance(segment, TextSegment):
+            parts.append(segment.text)
+        else:
+            parts.append(show(variables.get(segment.selector)))
+    return "".join(parts)

@@ -8,13 +8,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nodes.base import FAIL_HANDLE
-from nodes.registry import NODE_TYPES
+from nodes.registry import CONTAINER_PARTS, KNOWN_UNSUPPORTED, NODE_TYPES
 from runtime.dsl_models import Document, Edge, RawNode
 from runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
 from runtime.problems import DslError, NodeRef, Problem, problems_from_validation
-from runtime.variable_pool import SYS_VARIABLES
-from runtime.workflow import Workflow
+from runtime.variable_pool import SYS_VARIABLES, USER_INPUT, USER_INPUT_VARIABLES
+from runtime.workflow import Workflow, declarations
 from runtime.yaml_reader import read_yaml_mapping
 
 # Nodes the editor draws that are not part of the flow (sticky notes).
@@ -42,7 +41,6 @@ class _Loader:
         self.problems: list[Problem] = []
         # Nodes that failed validation: references to them are not reported twice.
         self.broken: set[str] = set()
-        self.dropped_edges = False
 
     def load(self) -> Workflow:
         try:
@@ -58,9 +56,10 @@ class _Loader:
                 Problem("dsl.graph.cycle", {"cycle": " -> ".join(_label(nodes[n]) for n in cycle)})
             )
         env = {v.name: v.value for v in document.workflow.environment_variables}
+        conversation = {v.name for v in document.workflow.conversation_variables}
         if start_id is not None and not cycle:
             graph = Graph(nodes=nodes, edges=edges, start_id=start_id)
-            self._selectors(graph, env)
+            self._selectors(graph, env, conversation)
         if self.problems:
             raise DslError(self.problems)
         assert start_id is not None
@@ -68,7 +67,7 @@ class _Loader:
             name=document.app.name,
             mode=document.app.mode,
             graph=Graph(nodes=nodes, edges=edges, start_id=start_id),
-            environment=env,
+            **declarations(document),
         )
 
     def _nodes(self, raw_nodes: list[dict[str, Any]]) -> dict[str, NodeDef]:
@@ -84,6 +83,8 @@ class _Loader:
             if node.type in _DECORATIVE_NODE_TYPES:
                 continue
             node_type = str(node.data.get("type", ""))
+            if node_type in CONTAINER_PARTS:
+                continue  # part of an iteration or loop: the container is judged as a whole
             ref = NodeRef(node.id, str(node.data.get("title", "")), node_type or "?")
             if node.id in nodes:
                 self.problems.append(Problem("dsl.node.duplicateId", {}, ref))
@@ -91,16 +92,7 @@ class _Loader:
             spec = NODE_TYPES.get(node_type)
             if spec is None:
                 self.broken.add(node.id)
-                self.problems.append(
-                    Problem(
-                        "dsl.node.unknownType",
-                        {
-                            "type": node_type or "(missing)",
-                            "supported": ", ".join(sorted(NODE_TYPES)),
-                        },
-                        ref,
-                    )
-                )
+                self.problems.append(_unsupported(node_type, ref))
                 continue
             try:
                 data = spec.data_model.model_validate(node.data)
@@ -108,7 +100,7 @@ class _Loader:
                 self.problems.extend(problems_from_validation(exc, ref))
                 self.broken.add(node.id)
                 continue
-            nodes[node.id] = NodeDef(node.id, data.title, node_type, spec, data)
+            nodes[node.id] = NodeDef(node.id, data.title, node_type, spec, data, spec.needs(data))
         return nodes
 
     def _edges(self, raw_edges: list[dict[str, Any]], nodes: dict[str, NodeDef]) -> list[EdgeDef]:
@@ -127,26 +119,10 @@ class _Loader:
             for end in missing:
                 self.problems.append(Problem("dsl.edge.missingNode", {"edge": name, "node": end}))
             if missing or edge.source not in nodes or edge.target not in nodes:
-                self.dropped_edges = True
                 continue  # the node itself was reported
-            source = nodes[edge.source]
-            allowed = source.spec.handles(source.data) | (
-                {FAIL_HANDLE} if source.has_fail_branch else set()
-            )
-            if edge.sourceHandle not in allowed:
-                self.problems.append(
-                    Problem(
-                        "dsl.edge.handle",
-                        {
-                            "edge": name,
-                            "handle": edge.sourceHandle,
-                            "allowed": ", ".join(sorted(allowed)),
-                        },
-                        _ref(source),
-                    )
-                )
-                self.dropped_edges = True
-                continue
+            # A handle the source never takes (a deleted if-else case, a fail
+            # branch on a node without that strategy) is kept, as Dify keeps it:
+            # the edge is simply never taken.
             edges.append(EdgeDef(name, edge.source, edge.target, edge.sourceHandle))
         return edges
 
@@ -170,17 +146,35 @@ class _Loader:
             )
         return starts[0].id
 
-    def _selectors(self, graph: Graph, env: dict[str, Any]) -> None:
+    def _selectors(self, graph: Graph, env: dict[str, Any], conversation: set[str]) -> None:
+        # Whether the referenced node runs before the reader is not checked: Dify
+        # does not either (the value is whatever the node has produced by then,
+        # usually nothing), and real exports rely on it.
         for node in graph.nodes.values():
-            ancestors = graph.ancestors(node.id)
             for selector in node.spec.selectors(node.data):
                 if selector[0] in self.broken:
                     continue
-                # With broken nodes or edges left out, ancestry is incomplete: don't guess.
-                upstream = None if self.broken or self.dropped_edges else ancestors
-                problem = _check_selector(selector, node, graph, upstream, env)
+                problem = _check_selector(selector, node, graph, env, conversation)
                 if problem:
                     self.problems.append(problem)
+            for selector in sorted(node.needs.writes):
+                if selector[0] != "conversation":
+                    self.problems.append(
+                        Problem(
+                            "dsl.selector.notWritable", {"selector": ".".join(selector)}, _ref(node)
+                        )
+                    )
+
+
+def _unsupported(node_type: str, ref: NodeRef) -> Problem:
+    """One problem per node of a type this runtime does not run, naming type and node."""
+    if node_type in KNOWN_UNSUPPORTED:
+        return Problem("dsl.node.unsupportedType", {"type": node_type}, ref)
+    return Problem(
+        "dsl.node.unknownType",
+        {"type": node_type or "(missing)", "supported": ", ".join(sorted(NODE_TYPES))},
+        ref,
+    )
 
 
 def _ref(node: NodeDef) -> NodeRef:
@@ -203,11 +197,23 @@ def _check_selector(
     selector: tuple[str, ...],
     node: NodeDef,
     graph: Graph,
-    ancestors: set[str] | None,
     env: dict[str, Any],
+    conversation: set[str],
 ) -> Problem | None:
     head, name = selector[0], selector[1]
     text = ".".join(selector)
+    if head == USER_INPUT:
+        if name not in USER_INPUT_VARIABLES:
+            return Problem(
+                "dsl.selector.unknownSys",
+                {"selector": text, "supported": ", ".join(sorted(USER_INPUT_VARIABLES))},
+                _ref(node),
+            )
+        return None
+    if head == "conversation":
+        if name not in conversation:
+            return Problem("dsl.selector.unknownConversation", {"selector": text}, _ref(node))
+        return None
     if head == "sys":
         if name not in SYS_VARIABLES:
             return Problem(
@@ -233,9 +239,5 @@ def _check_selector(
                 "available": ", ".join(sorted(output_names(target))) or "(none)",
             },
             _ref(node),
-        )
-    if ancestors is not None and head not in ancestors:
-        return Problem(
-            "dsl.selector.notUpstream", {"selector": text, "node": _label(target)}, _ref(node)
         )
     return None
