@@ -11,19 +11,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from plugin_daemon_client.errors import redact
+from plugin_daemon_client.redaction import Redactor as _TransportRedactor
 
 
 class Redactor:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         # Longest first: a secret that contains another is replaced whole.
         self.secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+        self._rule = _TransportRedactor(self.secrets)
 
     def __bool__(self) -> bool:
         return bool(self.secrets)
 
     def text(self, value: str) -> str:
-        return redact(value, self.secrets) if self.secrets else value
+        return self._rule.redact(value) if self.secrets else value
 
     def value(self, value: Any) -> Any:
         """`value` with every string in it redacted (dicts, lists and tuples walked)."""
