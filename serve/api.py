@@ -114,7 +114,7 @@ def _http_error(exc: HTTPException) -> ApiError:
     # Dify's code for werkzeug's errors: the class name in snake case.
     name = type(exc).__name__
     code = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
-    return ApiError(exc.code or 500, code, "serve.error.http", status=exc.code or 500)
+    return ApiError(exc.code or 500, code, "serve.error.http", http_status=exc.code or 500)
 
 
 def sse(event: dict[str, Any]) -> bytes:
@@ -132,7 +132,9 @@ class ServiceApi:
 
     # ---- WSGI
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
         request = Request(environ)
         request.max_content_length = MAX_JSON_BYTES
         response = self.dispatch(request)
@@ -268,7 +270,12 @@ class ServiceApi:
         if body.conversation_id is not None:
             self._conversation(app, body.conversation_id, body.user)
         handle = self._start(
-            app, body.inputs, body.user, body.files, query=body.query, conversation=body.conversation_id
+            app,
+            body.inputs,
+            body.user,
+            body.files,
+            query=body.query,
+            conversation=body.conversation_id,
         )
         if body.response_mode == "streaming":
             return self._streaming(handle)
@@ -312,7 +319,9 @@ class ServiceApi:
         except StoreError as exc:
             if exc.message_key == "errors.store.foreignConversation":
                 raise not_found("serve.error.noConversation") from None
-            raise ApiError(400, "conversation_busy", "serve.error.store", error=exc.render()) from None
+            raise ApiError(
+                400, "conversation_busy", "serve.error.store", error=exc.render()
+            ) from None
         except LocalizedError as exc:
             raise invalid_param("serve.error.input", error=exc.render()) from None
         return context.runs.start(run, app_stem=app.stem, user=user)

@@ -105,9 +105,7 @@ def load_app(path: Path, key: str) -> App:
 
 def load_directory(directory: Path, environ: Mapping[str, str]) -> AppDirectory:
     found = AppDirectory()
-    exports = sorted(
-        p for p in directory.iterdir() if p.suffix in EXPORT_SUFFIXES and p.is_file()
-    )
+    exports = sorted(p for p in directory.iterdir() if p.suffix in EXPORT_SUFFIXES and p.is_file())
     owners: dict[str, Path] = {}
     for path in exports:
         variable = key_variable(path.stem)
@@ -122,7 +120,11 @@ def load_directory(directory: Path, environ: Mapping[str, str]) -> AppDirectory:
             continue
         if key in owners or path.stem in found.apps:
             found.skipped.append(
-                Skipped(path, "serve.app.keyTaken", {"variable": variable, "other": owners.get(key, path).name})
+                Skipped(
+                    path,
+                    "serve.app.keyTaken",
+                    {"variable": variable, "other": owners.get(key, path).name},
+                )
             )
             continue
         try:

@@ -53,6 +53,7 @@ def _serve_parser():  # type: ignore[no-untyped-def]
 
 def serve_main(argv: Sequence[str]) -> int:
     _patch_for_gevent()
+    import os
     from pathlib import Path
 
     import locales
@@ -77,6 +78,8 @@ def serve_main(argv: Sequence[str]) -> int:
             uploads_dir=Path(args.uploads) if args.uploads else None,
             grace=args.grace,
             locale=locale,
+            # Seconds of silence before a `ping` event (Dify's 10); tests shorten it.
+            ping_interval=float(os.environ.get("FIRSTGATE_SSE_PING_S", "10")),
         )
         return serve_forever(config)
     except LocalizedError as exc:

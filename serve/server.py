@@ -30,7 +30,7 @@ from locales import t
 from runtime.route_clients import RouteClients
 from runtime.routes import ModelRoutes
 from runtime.settings import RuntimeSettings
-from serve.api import ServeContext, ServiceApi
+from serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
 from serve.apps import AppDirectory, load_directory
 from serve.runs import RunManager
 from store import open_store
@@ -55,6 +55,7 @@ class ServeConfig:
     uploads_dir: Path | None = None
     grace: float = DEFAULT_GRACE_S
     locale: str | None = None
+    ping_interval: float = PING_INTERVAL_S
 
 
 class SharedClients:
@@ -112,6 +113,7 @@ def build_service(
             uploads_dir=uploads_dir,
             settings=config.settings,
             clients=SharedClients(route_clients),
+            ping_interval=config.ping_interval,
         )
     except BaseException:
         route_clients.close()

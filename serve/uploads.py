@@ -65,7 +65,11 @@ def safe_name(raw: str) -> str:
     name = re.sub(r"[\x00-\x1f\x7f]", "", name).strip().lstrip(".")
     if len(name) > _NAME_CHARS:
         stem, dot, extension = name.rpartition(".")
-        name = (stem[: _NAME_CHARS - len(extension) - 1] + dot + extension) if dot else name[:_NAME_CHARS]
+        name = (
+            (stem[: _NAME_CHARS - len(extension) - 1] + dot + extension)
+            if dot
+            else name[:_NAME_CHARS]
+        )
     return name
 
 

@@ -6,7 +6,7 @@ tests (the server under test and the client SDKs are processes too).
 prints `PORT n`, then answers every `/v1/chat/completions` request with the
 words `echo: <the last user message>`, one word per frame, `--interval`
 seconds apart. A message containing `[slow]` gets 200 words at 0.1 s (a run to
-stop mid-stream); `[count]` answers `turn N` with N the number of user
+stop mid-stream), `[medium]` 20 words at 0.1 s, `[think]` 1.2 s of silence before its words; `[count]` answers `turn N` with N the number of user
 messages in the prompt (memory across turns). It serves until stdin closes.
 gevent: a thousand streams at once cost a thousand greenlets.
 """
@@ -66,6 +66,10 @@ def reply_words(request: dict) -> tuple[list[str], float | None]:
         last = " ".join(p.get("text", "") for p in last if isinstance(p, dict))
     if "[slow]" in last:
         return [f"w{n}" for n in range(200)], 0.1
+    if "[think]" in last:
+        return ["thought", " it", " over"], None
+    if "[medium]" in last:
+        return [f"m{n} " for n in range(20)], 0.1
     if "[count]" in last:
         return ["turn", f" {len(users)}"], None
     words = ["echo:"] + [f" {w}" for w in str(last).split()]
@@ -90,8 +94,11 @@ def main() -> None:
             if not path.endswith(b"/chat/completions"):
                 sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                 return
-            words, interval = reply_words(json.loads(body or b"{}"))
+            request = json.loads(body or b"{}")
+            words, interval = reply_words(request)
             sock.sendall(HEADERS)
+            if "[think]" in json.dumps(request):
+                gevent.sleep(1.2)  # a model busy with the prompt: headers, then silence
             for word in words:
                 gevent.sleep(args.interval if interval is None else interval)
                 sock.sendall(_frame(word))

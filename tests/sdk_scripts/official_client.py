@@ -43,7 +43,9 @@ def chat_turns():
     for turn in range(3):
         if turn == 1:
             events = list(
-                _events(client.create_chat_message({}, "[count] again", USER, "streaming", conversation))
+                _events(
+                    client.create_chat_message({}, "[count] again", USER, "streaming", conversation)
+                )
             )
             answers.append("".join(e["answer"] for e in events if e["event"] == "message"))
             assert events[-1]["event"] == "message_end", events[-1]
@@ -67,7 +69,9 @@ def workflow_runs():
     # dify-client 0.1.10 has no workflow method: its own request helper reaches the endpoint.
     client = _client(DifyClient)
     blocking = client._send_request(
-        "POST", "/workflows/run", {"inputs": {"topic": "a red fox"}, "response_mode": "blocking", "user": USER}
+        "POST",
+        "/workflows/run",
+        {"inputs": {"topic": "a red fox"}, "response_mode": "blocking", "user": USER},
     )
     blocking.raise_for_status()
     streamed = list(
@@ -96,7 +100,9 @@ def chat_stop():
         events.append(event)
         if stop_sent is None and event["event"] == "message":
             stop_sent = time.monotonic()
-            reply = client._send_request("POST", f"/chat-messages/{event['task_id']}/stop", {"user": USER})
+            reply = client._send_request(
+                "POST", f"/chat-messages/{event['task_id']}/stop", {"user": USER}
+            )
             assert reply.json() == {"result": "success"}, reply.text
     return {
         "tail": [e["event"] for e in events[-3:]],
@@ -107,7 +113,9 @@ def chat_stop():
 
 def upload_and_run():
     client = _client(DifyClient)
-    upload = client.file_upload(USER, {"file": ("notes.txt", io.BytesIO(b"remember the eggs\n"), "text/plain")})
+    upload = client.file_upload(
+        USER, {"file": ("notes.txt", io.BytesIO(b"remember the eggs\n"), "text/plain")}
+    )
     assert upload.status_code == 201, upload.text
     record = upload.json()
     run = client._send_request(
@@ -116,7 +124,11 @@ def upload_and_run():
         {
             "inputs": {
                 "topic": "files",
-                "doc": {"type": "document", "transfer_method": "local_file", "upload_file_id": record["id"]},
+                "doc": {
+                    "type": "document",
+                    "transfer_method": "local_file",
+                    "upload_file_id": record["id"],
+                },
             },
             "response_mode": "blocking",
             "user": USER,

@@ -28,14 +28,20 @@ def workflow_blocking():
         )
     )
     assert isinstance(reply, models.WorkflowsRunResponse)
-    return {"status": str(reply.data.status), "outputs": reply.data.outputs, "task_id": reply.task_id}
+    return {
+        "status": str(reply.data.status),
+        "outputs": reply.data.outputs,
+        "task_id": reply.task_id,
+    }
 
 
 def workflow_streaming():
     events = list(
         client.run_workflows(
             models.WorkflowsRunRequest(
-                inputs={"topic": "a blue whale"}, response_mode=models.ResponseMode.STREAMING, user=USER
+                inputs={"topic": "a blue whale"},
+                response_mode=models.ResponseMode.STREAMING,
+                user=USER,
             )
         )
     )
@@ -51,7 +57,12 @@ def workflow_streaming():
     typed = [shapes[e.event].model_validate(e.data) for e in events if e.event in shapes]
     finished = typed[-1]
     assert isinstance(finished, models.WorkflowFinishedData)
-    return {"kinds": kinds(events), "text": text, "status": str(finished.status), "typed": len(typed)}
+    return {
+        "kinds": kinds(events),
+        "text": text,
+        "status": str(finished.status),
+        "typed": len(typed),
+    }
 
 
 def chat_turns():
@@ -62,7 +73,10 @@ def chat_turns():
     for turn in range(3):
         mode = models.ResponseMode.BLOCKING if turn == 1 else models.ResponseMode.STREAMING
         request = models.ChatRequest(
-            query="[count] how many?", inputs={}, response_mode=mode, user=USER,
+            query="[count] how many?",
+            inputs={},
+            response_mode=mode,
+            user=USER,
             conversation_id=conversation,
         )
         reply = client.chat_messages(request)
@@ -74,7 +88,9 @@ def chat_turns():
             events = list(reply)
             end = [e for e in events if isinstance(e, models.MessageEndStreamResponse)][-1]
             assert end.metadata is not None and end.created_at > 0
-            answers.append("".join(e.answer for e in events if isinstance(e, models.MessageStreamResponse)))
+            answers.append(
+                "".join(e.answer for e in events if isinstance(e, models.MessageStreamResponse))
+            )
             assert conversation in ("", end.conversation_id), (end.conversation_id, conversation)
             conversation = end.conversation_id
     return {"answers": answers, "conversation_id": conversation}
@@ -82,7 +98,10 @@ def chat_turns():
 
 def chat_stop():
     request = models.ChatRequest(
-        query="[slow] take your time", inputs={}, response_mode=models.ResponseMode.STREAMING, user=USER
+        query="[slow] take your time",
+        inputs={},
+        response_mode=models.ResponseMode.STREAMING,
+        user=USER,
     )
     events = []
     stop_sent = None
@@ -104,7 +123,9 @@ def chat_stop():
 
 def workflow_stop():
     request = models.WorkflowsRunRequest(
-        inputs={"topic": "[slow] a long story"}, response_mode=models.ResponseMode.STREAMING, user=USER
+        inputs={"topic": "[slow] a long story"},
+        response_mode=models.ResponseMode.STREAMING,
+        user=USER,
     )
     events = []
     stop_sent = None
@@ -112,7 +133,10 @@ def workflow_stop():
         events.append(event)
         if stop_sent is None and isinstance(event, models.TextChunkStreamResponse):
             stop_sent = time.monotonic()
-            assert client.stop_workflows(event.task_id, models.StopRequest(user=USER)).result == "success"
+            assert (
+                client.stop_workflows(event.task_id, models.StopRequest(user=USER)).result
+                == "success"
+            )
     ended = time.monotonic()
     finished = models.WorkflowFinishedData.model_validate(
         [e for e in events if e.event == models.StreamEvent.WORKFLOW_FINISHED][-1].data
@@ -134,19 +158,29 @@ def upload_and_run():
         models.WorkflowsRunRequest(
             inputs={
                 "topic": "files",
-                "doc": {"type": "document", "transfer_method": "local_file", "upload_file_id": upload.id},
+                "doc": {
+                    "type": "document",
+                    "transfer_method": "local_file",
+                    "upload_file_id": upload.id,
+                },
             },
             response_mode=models.ResponseMode.BLOCKING,
             user=USER,
         )
     )
-    return {"upload": upload.model_dump(), "status": str(reply.data.status), "outputs": reply.data.outputs}
+    return {
+        "upload": upload.model_dump(),
+        "status": str(reply.data.status),
+        "outputs": reply.data.outputs,
+    }
 
 
 def bad_key():
     try:
         Client(api_key="wrong-key-xxxxxxxx", api_base=base + "/v1").run_workflows(
-            models.WorkflowsRunRequest(inputs={}, response_mode=models.ResponseMode.BLOCKING, user=USER)
+            models.WorkflowsRunRequest(
+                inputs={}, response_mode=models.ResponseMode.BLOCKING, user=USER
+            )
         )
     except Exception as exc:  # the SDK's own error class for Dify's error body
         return {"error": type(exc).__name__, "status": exc.status, "code": exc.code}
