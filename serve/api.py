@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from serve.errors import (
     not_workflow_app,
     unauthorized,
 )
+from serve.file_links import FileLinks
 from serve.runs import EventStream, RunHandle, RunManager
 from store.base import ConversationRecord, MessageRecord, Store, StoreError
 
@@ -60,6 +61,7 @@ class ServeContext:
     settings: RuntimeSettings | None
     clients: RoutePlanner | None
     ping_interval: float = PING_INTERVAL_S
+    links: FileLinks = field(default_factory=FileLinks)
 
 
 def _rules() -> Map:
@@ -68,6 +70,7 @@ def _rules() -> Map:
             Rule("/", endpoint="console_index", methods=["GET"]),
             Rule("/console/apps", endpoint="console_apps", methods=["GET"]),
             Rule("/console/<name>", endpoint="console_file", methods=["GET"]),
+            Rule("/files/<upload_id>/file-preview", endpoint="public_file", methods=["GET"]),
             Rule("/v1/info", endpoint="info", methods=["GET"]),
             Rule("/v1/meta", endpoint="meta", methods=["GET"]),
             Rule("/v1/parameters", endpoint="parameters", methods=["GET"]),
@@ -145,7 +148,7 @@ class ServiceApi:
         try:
             endpoint, values = self.urls.bind_to_environ(request.environ).match()
             handler = getattr(self, f"_{endpoint}")
-            if endpoint.startswith("console"):
+            if endpoint.startswith(("console", "public")):
                 return handler(request, **values)
             app = self._app(request)
             return handler(request, app, **values)
@@ -194,6 +197,19 @@ class ServiceApi:
                 ]
             }
         )
+
+    def _public_file(self, request: Request, upload_id: str) -> Response:
+        args = request.args
+        valid = self.context.links.valid(
+            upload_id, args.get("timestamp", ""), args.get("nonce", ""), args.get("sign", "")
+        )
+        record = self.context.store.upload(upload_id) if valid else None
+        if record is None:
+            raise ApiError(403, "forbidden", "serve.error.badLink")
+        response = Response(Path(record.path).read_bytes(), mimetype=record.mime_type)
+        response.headers["Content-Disposition"] = "inline"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
 
     # ---- the app
 
@@ -258,7 +274,15 @@ class ServiceApi:
         if app.chat:
             raise not_workflow_app()
         body = bodies.validate(bodies.WorkflowRunBody, bodies.parse_json(request.get_data()))
-        handle = self._start(app, body.inputs, body.user, body.files, query=None, conversation=None)
+        handle = self._start(
+            app,
+            body.inputs,
+            body.user,
+            body.files,
+            query=None,
+            conversation=None,
+            base_url=request.host_url,
+        )
         if body.response_mode == "streaming":
             return self._streaming(handle)
         return _json(workflow_reply(handle, _wait(handle.stream)))
@@ -276,6 +300,7 @@ class ServiceApi:
             body.files,
             query=body.query,
             conversation=body.conversation_id,
+            base_url=request.host_url,
         )
         if body.response_mode == "streaming":
             return self._streaming(handle)
@@ -290,13 +315,18 @@ class ServiceApi:
         *,
         query: str | None,
         conversation: str | None,
+        base_url: str,
     ) -> RunHandle:
         context = self.context
         if not context.runs.accepting:
             raise ApiError(503, "service_unavailable", "serve.error.draining")
         store = context.store
-        resolved = uploads.resolve_inputs(inputs, app, store)
-        sys_files = uploads.resolve_files(files, app, store)
+
+        def link(upload_id: str) -> str:
+            return context.links.link(base_url, upload_id)
+
+        resolved = uploads.resolve_inputs(inputs, app, store, link)
+        sys_files = uploads.resolve_files(files, app, store, link)
         try:
             run = app.workflow.run(
                 resolved,

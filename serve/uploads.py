@@ -12,12 +12,13 @@ Dify's file objects (`local_file` with an `upload_file_id` of this app, or
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -129,7 +130,10 @@ def _copy_capped(stream: IO[bytes], target: Path, limit: int) -> int | None:
             out.write(chunk)
 
 
-def resolve_file(value: Any, where: str, app: App, store: Store) -> File:
+Linker = Callable[[str], str]  # an upload id -> the link a client may fetch it from
+
+
+def resolve_file(value: Any, where: str, app: App, store: Store, link: Linker) -> File:
     """A Dify file object from a request as a File the runtime reads."""
     if not isinstance(value, Mapping):
         raise invalid_param("serve.error.fileObject", input=where)
@@ -148,11 +152,13 @@ def resolve_file(value: Any, where: str, app: App, store: Store) -> File:
             found = files.from_path(record.path, related_id=record.id)
         except FileError as exc:
             raise invalid_param("serve.error.fileInput", input=where, error=exc.render()) from None
-        return found
+        return dataclasses.replace(found, link=link(record.id))
     raise invalid_param("serve.error.fileObject", input=where)
 
 
-def resolve_inputs(inputs: Mapping[str, Any], app: App, store: Store) -> dict[str, Any]:
+def resolve_inputs(
+    inputs: Mapping[str, Any], app: App, store: Store, link: Linker
+) -> dict[str, Any]:
     """The body's inputs with every file input resolved (others are left to the start node)."""
     kinds = {
         spec.variable: spec.type
@@ -165,11 +171,11 @@ def resolve_inputs(inputs: Mapping[str, Any], app: App, store: Store) -> dict[st
             continue
         if kind == "file-list":
             items = value if isinstance(value, list) else [value]
-            resolved[name] = [resolve_file(v, name, app, store) for v in items]
+            resolved[name] = [resolve_file(v, name, app, store, link) for v in items]
         else:
-            resolved[name] = resolve_file(value, name, app, store)
+            resolved[name] = resolve_file(value, name, app, store, link)
     return resolved
 
 
-def resolve_files(items: list[Any] | None, app: App, store: Store) -> list[File]:
-    return [resolve_file(v, "files", app, store) for v in items or []]
+def resolve_files(items: list[Any] | None, app: App, store: Store, link: Linker) -> list[File]:
+    return [resolve_file(v, "files", app, store, link) for v in items or []]

@@ -5,7 +5,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { apps: [], app: null, params: null, taskId: null, conversationId: "", controller: null };
+const state = { apps: [], app: null, params: null, loaded: null, taskId: null, conversationId: "", controller: null };
 
 function keyFor(stem) { return sessionStorage.getItem("key:" + stem) || ""; }
 
@@ -49,6 +49,9 @@ async function chooseApp() {
 }
 
 async function loadParameters() {
+  const wanted = (state.app ? state.app.stem : "") + "\n" + $("key").value.trim();
+  if (wanted === state.loaded) return;  // a second change event for the same key
+  state.loaded = wanted;
   $("inputs").replaceChildren();
   state.params = null;
   if (!state.app || !$("key").value.trim()) { setStatus("Enter the app's API key."); return; }

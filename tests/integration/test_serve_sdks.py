@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.serve_support import KEYS, Server, echo_model, run_sdk, serve
@@ -80,6 +81,11 @@ def test_typed_file_upload_then_a_run_that_uses_it(server: Server) -> None:
     document = seen["outputs"]["doc"]
     assert document["filename"] == "notes.txt" and document["size"] == 18
     assert document["related_id"] == seen["upload"]["id"]
+    # Its url is a signed link to this server that serves the file, not a server path.
+    assert document["url"].startswith(server.url + "/files/" + seen["upload"]["id"] + "/file-preview?")
+    assert httpx.get(document["url"]).content == b"remember the milk\n"
+    forged = document["url"].replace("sign=", "sign=x")
+    assert httpx.get(forged).status_code == 403
 
 
 def test_typed_wrong_key_is_the_sdks_error(server: Server) -> None:
