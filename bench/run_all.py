@@ -24,6 +24,7 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.ttft", ["--runs=31"], False),
     ("bench.http_request", ["--requests=500"], True),
     ("bench.knowledge", ["--docs=10000", "--queries=300"], False),
+    ("bench.serve", ["--streams=1000", "--stops=200"], False),  # always gevent
 ]
 QUICK = {
     "bench.deadline": ["--trials=10"],
@@ -34,6 +35,7 @@ QUICK = {
     "bench.ttft": ["--runs=3"],
     "bench.http_request": ["--requests=50"],
     "bench.knowledge": ["--docs=500", "--queries=30"],
+    "bench.serve": ["--streams=100", "--stops=40"],
 }
 
 

@@ -82,7 +82,9 @@ def test_typed_file_upload_then_a_run_that_uses_it(server: Server) -> None:
     assert document["filename"] == "notes.txt" and document["size"] == 18
     assert document["related_id"] == seen["upload"]["id"]
     # Its url is a signed link to this server that serves the file, not a server path.
-    assert document["url"].startswith(server.url + "/files/" + seen["upload"]["id"] + "/file-preview?")
+    assert document["url"].startswith(
+        server.url + "/files/" + seen["upload"]["id"] + "/file-preview?"
+    )
     assert httpx.get(document["url"]).content == b"remember the milk\n"
     forged = document["url"].replace("sign=", "sign=x")
     assert httpx.get(forged).status_code == 403
