@@ -12,7 +12,7 @@ worker_class = "gevent"
 workers = 1
 worker_connections = 4096
 bind = os.environ.get("FIRSTGATE_BIND", "127.0.0.1:5001")
-graceful_timeout = float(os.environ.get("FIRSTGATE_GRACE", DEFAULT_GRACE_S)) + 5
+graceful_timeout = int(float(os.environ.get("FIRSTGATE_GRACE", DEFAULT_GRACE_S))) + 5
 timeout = 0  # streams are long; the runs' own limits end them
 
 

@@ -357,3 +357,52 @@ def test_sigterm_drains_then_stops_what_is_left_and_records_it(model: str, tmp_p
     assert record is not None and record.status == "stopped"
     text = record.nodes[-1].outputs.get("partial_text") or json.dumps(record.nodes[-1].outputs)
     assert "w0" in text or record.nodes[-1].status == "stopped"
+
+
+def test_the_production_command_serves_under_gunicorns_gevent_worker(
+    model: str, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.serve_support import ROOT, models_file
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "FIRSTGATE_APPS_DIR": str(APPS),
+        "FIRSTGATE_MODELS": str(models_file(tmp_path, model)),
+        "FIRSTGATE_STATE": str(tmp_path / "state.db"),
+        "FIRSTGATE_BIND": f"127.0.0.1:{port}",
+        "FIRSTGATE_GRACE": "2",
+        **{f"FIRSTGATE_APP_KEY_{stem.upper()}": key for stem, key in KEYS.items()},
+    }
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    command = [str(gunicorn), "-c", "python:serve.gunicorn_conf", "serve.wsgi:application()"]
+    log = (tmp_path / "gunicorn.log").open("w")
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(url + "/", timeout=1)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline, (
+                    tmp_path / "gunicorn.log"
+                ).read_text()
+                time.sleep(0.1)
+        headers = {"Authorization": f"Bearer {KEYS['story']}"}
+        body = {"inputs": {"topic": "from gunicorn"}, "user": "u", "response_mode": "streaming"}
+        with httpx.stream("POST", url + "/v1/workflows/run", json=body, headers=headers) as reply:
+            events = [f for f in _events(reply) if f != "ping"]
+        assert events[-1]["data"]["status"] == "succeeded"
+        assert events[-1]["data"]["outputs"]["text"] == "echo: from gunicorn"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        log.close()
