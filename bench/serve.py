@@ -143,19 +143,19 @@ def run_inprocess(model_url: str, streams: int, workdir: Path) -> dict[str, Any]
     failures: list[str] = []
 
     def one(index: int) -> None:
-        chunks, status = 0, None
+        status, text = None, ""
         run = workflow.run(
             {"topic": f"t{index}"}, user="bench", store=store, settings=settings, clients=clients
         )
         for event in run:
             wire = event.to_dict()  # as serve does for every event
-            if wire["event"] == "text_chunk":
-                chunks += 1
-            elif wire["event"] == "workflow_finished":
+            if wire["event"] == "workflow_finished":
                 status = wire["data"]["status"]
-        counts.append(chunks)
+                text = str((wire["data"].get("outputs") or {}).get("text", ""))
         if status != "succeeded":
             failures.append(str(status))
+        else:
+            counts.append(len(text))  # complete: every token arrived
 
     pid = os.getpid()
     sampler = PeakRss(pid)

@@ -112,10 +112,20 @@ class ThreadExecutor(Executor):
         ).start()
 
 
+# The event after which a run sends nothing more (the engine may still be
+# cleaning up: worker threads, connections); its stream ends right there.
+def _last_event(run: WorkflowRun) -> tuple[str, ...]:
+    return ("message_end", "error") if run.info.chat else ("workflow_finished",)
+
+
 def _drain(run: WorkflowRun, stream: EventStream, on_end: Callable[[], None]) -> None:
+    last = _last_event(run)
     try:
         for event in run:
-            stream.publish(event.to_dict())
+            wire = event.to_dict()
+            stream.publish(wire)
+            if wire["event"] in last:
+                stream.end()
     except Exception as exc:  # noqa: BLE001 - the engine reports failures as events; this is a bug
         stream.publish(_internal_error(run, exc))
     finally:
