@@ -340,6 +340,7 @@ def main() -> None:
             peak = sampler.stop()
             served["cpu_s"] = proc_cpu(process.pid) - before_cpu
             served["rss_per_stream_kib"] = (peak - before_rss) / args.streams / 1024
+            time.sleep(3.0)  # the 1,000 runs' cleanup (workers, records) settles first
             stops = _child("--variant=stop", f"--url={url}", f"--streams={args.stops}")
         finally:
             process.send_signal(signal.SIGTERM)

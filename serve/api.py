@@ -120,9 +120,9 @@ def _http_error(exc: HTTPException) -> ApiError:
     return ApiError(exc.code or 500, code, "serve.error.http", http_status=exc.code or 500)
 
 
-def sse(event: dict[str, Any]) -> bytes:
-    """One event as Server-Sent Events text: Dify's `data: {json}` frame."""
-    return f"data: {json.dumps(event, ensure_ascii=False, default=str)}\n\n".encode()
+def sse(event: bytes) -> bytes:
+    """One event (its JSON text) as Server-Sent Events: Dify's `data: {json}` frame."""
+    return b"data: " + event + b"\n\n"
 
 
 PING = b"event: ping\n\n"
@@ -408,7 +408,7 @@ class ServiceApi:
         live = self.context.runs.by_run_id(run_id)
         if live is None or live.app_id != app.workflow.app_id:
             raise not_found("serve.error.noRun")
-        started = live.stream.read(0, 0)[0]
+        started = live.stream.events()[:1]
         return _json(
             {
                 "id": live.workflow_run_id,
@@ -479,11 +479,9 @@ class ServiceApi:
 
 def _wait(stream: EventStream) -> list[dict[str, Any]]:
     """Every event of the run, once it has ended (a blocking reply)."""
-    events: list[dict[str, Any]] = []
-    for event in stream.follow(PING_INTERVAL_S):
-        if event is not None:
-            events.append(event)
-    return events
+    for _ in stream.follow(PING_INTERVAL_S):
+        pass
+    return stream.events()
 
 
 def _find(events: list[dict[str, Any]], name: str) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ early.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -22,38 +23,44 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime import events as ev
 from runtime.engine import WorkflowRun
 
 # How long a finished run's events stay readable (a blocking caller, a late reader).
-KEEP_FINISHED_S = 600.0
+KEEP_FINISHED_S = 300.0
 
 
 class EventStream:
-    """One run's events as dicts (Dify's wire form), in order, readable from any index."""
+    """One run's events, in order, readable from any index.
+
+    Each event is kept as its JSON text (Dify's wire form, encoded once): what a
+    streaming reply sends as is, what a later stream store (Redis) would hold,
+    and, unlike nested dicts, nothing the garbage collector has to walk while
+    thousands of runs are kept."""
 
     def __init__(self) -> None:
-        self._events: list[dict[str, Any]] = []
+        self._events: list[bytes] = []
         self._ended = False
         self._changed = threading.Condition()
         self.ended_at: float | None = None
 
     def publish(self, event: dict[str, Any]) -> None:
+        encoded = json.dumps(event, ensure_ascii=False, default=str).encode()
         with self._changed:
-            self._events.append(event)
+            self._events.append(encoded)
             self._changed.notify_all()
 
     def end(self) -> None:
         with self._changed:
-            self._ended = True
-            self.ended_at = time.monotonic()
+            if not self._ended:
+                self._ended = True
+                self.ended_at = time.monotonic()
             self._changed.notify_all()
 
     @property
     def ended(self) -> bool:
         return self._ended
 
-    def read(self, after: int, timeout: float) -> tuple[list[dict[str, Any]], bool]:
+    def read(self, after: int, timeout: float) -> tuple[list[bytes], bool]:
         """Events from index `after` on, waiting up to `timeout` for one; and whether
         the stream has ended (nothing more will come after these)."""
         with self._changed:
@@ -61,22 +68,22 @@ class EventStream:
                 self._changed.wait(timeout)
             return self._events[after:], self._ended
 
-    def follow(self, idle: float) -> Iterator[dict[str, Any] | None]:
+    def follow(self, idle: float) -> Iterator[bytes | None]:
         """Every event until the end; None each time `idle` seconds pass without one."""
         seen = 0
         while True:
             batch, ended = self.read(seen, idle)
             seen += len(batch)
-            if not batch and not ended:
-                yield None
             yield from batch
-            if ended and len(batch) == 0:
-                return
             if ended:
-                rest, _ = self.read(seen, 0)
-                seen += len(rest)
-                yield from rest
                 return
+            if not batch:
+                yield None
+
+    def events(self) -> list[dict[str, Any]]:
+        """The events so far, decoded."""
+        batch, _ = self.read(0, 0)
+        return [json.loads(e) for e in batch]
 
 
 @dataclass(slots=True)
@@ -142,6 +149,10 @@ def _internal_error(run: WorkflowRun, exc: BaseException) -> dict[str, Any]:
     }
 
 
+def _already_ended(reason: str) -> None:
+    """`stop` of a run that has ended: nothing to do."""
+
+
 class RunManager:
     """The runs of one server process, by task id."""
 
@@ -171,10 +182,13 @@ class RunManager:
             self._runs[handle.task_id] = handle
             self._by_run_id[handle.workflow_run_id] = handle.task_id
             self._active += 1
-        self.executor.execute(run, handle.stream, self._ended)
+        self.executor.execute(run, handle.stream, lambda: self._ended(handle))
         return handle
 
-    def _ended(self) -> None:
+    def _ended(self, handle: RunHandle) -> None:
+        # Let the run go: a finished handle keeps its events, not the engine's
+        # objects (thousands of those would make every garbage collection slow).
+        handle.stop = _already_ended
         with self._lock:
             self._active -= 1
             self._idle.notify_all()
@@ -229,15 +243,3 @@ class RunManager:
         with self._lock:
             while self._active and time.monotonic() < settle_until:
                 self._idle.wait(settle_until - time.monotonic())
-
-
-def last_event(stream: EventStream, names: tuple[str, ...]) -> dict[str, Any] | None:
-    """The last event of the given names in an ended stream."""
-    batch, _ = stream.read(0, 0)
-    for event in reversed(batch):
-        if event.get("event") in names:
-            return event
-    return None
-
-
-WORKFLOW_FINISHED = ev.WorkflowFinished.name
