@@ -406,3 +406,52 @@ def test_the_production_command_serves_under_gunicorns_gevent_worker(
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
         log.close()
+
+
+def _children(pid: int) -> set[int]:
+    """Every descendant of a process (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_leaves_no_child_process(model: str, tmp_path: Path) -> None:
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "adder.yml").write_text(
+        (Path(__file__).parents[1] / "fixtures" / "workflows" / "code_add_one.yml").read_text()
+    )
+    keys = {"adder": "adder-key-0123456789"}
+    with serve(tmp_path, model, apps=apps, keys=keys) as running:
+        headers = {"Authorization": f"Bearer {keys['adder']}"}
+        body = {"inputs": {"count": 41}, "user": "u", "response_mode": "blocking"}
+        reply = httpx.post(
+            running.url + "/v1/workflows/run", json=body, headers=headers, timeout=60
+        )
+        assert reply.json()["data"]["outputs"] == {"total": 42}, reply.text
+        children = _children(running.process.pid)
+        assert children  # the code node's sandbox workers
+        running.process.send_signal(signal.SIGTERM)
+        assert running.process.wait(timeout=30) == 0
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in children if _alive(pid)]
