@@ -47,6 +47,29 @@ PING_INTERVAL_S = 10.0
 DEFAULT_USER = "DEFAULT-USER"  # Dify's end user when a request names none
 MAX_JSON_BYTES = 4 * MB
 CONSOLE_DIR = Path(__file__).parent / "console"
+# The console's own words, in the browser's language (Accept-Language).
+CONSOLE_KEYS = (
+    "console.app",
+    "console.key",
+    "console.user",
+    "console.run",
+    "console.stop",
+    "console.answer",
+    "console.timeline",
+    "console.node",
+    "console.type",
+    "console.status",
+    "console.events",
+    "console.time",
+    "console.message",
+    "console.newConversation",
+    "console.enterKey",
+    "console.running",
+    "console.firstToken",
+    "console.waiting",
+    "console.retry",
+    "console.fallback",
+)
 _CONSOLE_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 
 
@@ -69,6 +92,7 @@ def _rules() -> Map:
         [
             Rule("/", endpoint="console_index", methods=["GET"]),
             Rule("/console/apps", endpoint="console_apps", methods=["GET"]),
+            Rule("/console/strings", endpoint="console_strings", methods=["GET"]),
             Rule("/console/<name>", endpoint="console_file", methods=["GET"]),
             Rule("/files/<upload_id>/file-preview", endpoint="public_file", methods=["GET"]),
             Rule("/v1/info", endpoint="info", methods=["GET"]),
@@ -187,6 +211,10 @@ class ServiceApi:
             "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'"
         )
         return response
+
+    def _console_strings(self, request: Request) -> Response:
+        locale = _locale(request)
+        return _json({key: t(key, locale) for key in CONSOLE_KEYS})
 
     def _console_apps(self, request: Request) -> Response:
         return _json(

@@ -7,6 +7,19 @@
 const $ = (id) => document.getElementById(id);
 const state = { apps: [], app: null, params: null, loaded: null, taskId: null, conversationId: "", controller: null };
 
+// The console's words, in the browser's language (from /console/strings).
+let words = {};
+function say(key, params = {}) {
+  const text = words[key] || key;
+  return text.replace(/\{\{\s*(\w+)\s*\}\}/g, (m, name) => (name in params ? params[name] : m));
+}
+
+async function loadWords() {
+  words = await (await fetch("/console/strings")).json();
+  for (const el of document.querySelectorAll("[data-i18n]")) el.textContent = say(el.dataset.i18n);
+  for (const el of document.querySelectorAll("[data-i18n-placeholder]")) el.placeholder = say(el.dataset.i18nPlaceholder);
+}
+
 function keyFor(stem) { return sessionStorage.getItem("key:" + stem) || ""; }
 
 async function api(path, options = {}) {
@@ -54,7 +67,7 @@ async function loadParameters() {
   state.loaded = wanted;
   $("inputs").replaceChildren();
   state.params = null;
-  if (!state.app || !$("key").value.trim()) { setStatus("Enter the app's API key."); return; }
+  if (!state.app || !$("key").value.trim()) { setStatus(say("console.enterKey")); return; }
   sessionStorage.setItem("key:" + state.app.stem, $("key").value.trim());
   try {
     state.params = await (await api("/v1/parameters")).json();
@@ -159,12 +172,12 @@ function onEvent(event) {
   const data = event.data || {};
   if (event.task_id) { state.taskId = event.task_id; $("stop").disabled = false; }
   switch (event.event) {
-    case "workflow_started": setStatus("running"); break;
+    case "workflow_started": setStatus(say("console.running")); break;
     case "node_started": setRowStatus(row(data), "running"); break;
-    case "node_first_token": note(row(data), "first token after " + data.ttft.toFixed(2) + " s"); break;
-    case "node_waiting": note(row(data), "waiting: " + data.message); break;
-    case "node_retry": note(row(data), "retry " + data.retry_index + ": " + (data.error || "")); break;
-    case "node_fallback": note(row(data), "fallback (" + data.kind + "): " + data.message); break;
+    case "node_first_token": note(row(data), say("console.firstToken", { seconds: data.ttft.toFixed(2) })); break;
+    case "node_waiting": note(row(data), say("console.waiting", { message: data.message })); break;
+    case "node_retry": note(row(data), say("console.retry", { attempt: data.retry_index, error: data.error || "" })); break;
+    case "node_fallback": note(row(data), say("console.fallback", { kind: data.kind, message: data.message })); break;
     case "node_finished": {
       const tr = row(data);
       setRowStatus(tr, data.status);
@@ -250,5 +263,5 @@ window.addEventListener("DOMContentLoaded", () => {
   $("run").addEventListener("click", run);
   $("stop").addEventListener("click", stop);
   $("new-conversation").addEventListener("click", () => { state.conversationId = ""; $("conversation").replaceChildren(); });
-  loadApps().catch((e) => setStatus(e.message, true));
+  loadWords().then(loadApps).catch((e) => setStatus(e.message, true));
 });

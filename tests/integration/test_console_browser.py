@@ -40,7 +40,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[object]:
+def browser(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[object]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -54,6 +54,9 @@ def browser(tmp_path: Path) -> Iterator[object]:
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
+    language = getattr(request, "param", "en-US")
+    options.add_argument(f"--lang={language}")
+    options.add_experimental_option("prefs", {"intl.accept_languages": language})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     driver.set_page_load_timeout(30)
     try:
@@ -147,3 +150,14 @@ def test_the_stop_button_stops_a_run(browser, server: Server) -> None:  # type: 
     rows = browser.find_elements(By.CSS_SELECTOR, "#timeline tbody tr")
     assert rows[-1].find_elements(By.TAG_NAME, "td")[3].text == "stopped"
     _shot(browser, "stopped")
+
+
+@pytest.mark.parametrize("browser", ["de-DE"], indirect=True)
+def test_the_console_speaks_the_browsers_language(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    _open_app(browser, server, "chat")
+    _wait(browser, lambda d: d.find_element(By.ID, "run").text == "Ausführen")
+    assert browser.find_element(By.ID, "stop").text == "Stoppen"
+    assert browser.find_element(By.ID, "new-conversation").text == "Neue Unterhaltung"
+    _shot(browser, "german")
