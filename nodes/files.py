@@ -348,3 +348,9 @@ def _dotted(extension: Any) -> str:
 
 def is_file_mapping(value: Any) -> bool:
     return isinstance(value, Mapping) and value.get("dify_model_identity") == FILE_MODEL_IDENTITY
+
+
+def name_facts(name: str) -> tuple[str, str]:
+    """A file name's extension (with the dot, lower case) and MIME type, as a
+    file input derives them (an upload is classified by the same rule)."""
+    return _extension(name), _mime(name)

@@ -80,8 +80,7 @@ def save_upload(
     name = safe_name(filename)
     if not name:
         raise ApiError(400, "filename_not_exists_error", "serve.error.noFileName")
-    extension = files._extension(name)
-    mime_type = files._mime(name)
+    extension, mime_type = files.name_facts(name)
     kind = file_type_for(extension, mime_type)
     limit = size_limit(app, kind)
     if limit is None:
