@@ -455,3 +455,32 @@ def test_sigterm_leaves_no_child_process(model: str, tmp_path: Path) -> None:
     while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in children if _alive(pid)]
+
+
+def test_the_stream_is_exactly_the_events_of_json(server: Server, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.serve_support import ROOT
+
+    cli = subprocess.run(
+        [sys.executable, "-m", "serve.cli", "run", str(APPS / "story.yml"), "--json",
+         "--input", "topic=same words", "--models", str(tmp_path / "models.yaml"),
+         "--state", str(tmp_path / "cli.db")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    printed = [json.loads(line) for line in cli.stdout.splitlines() if line.strip()]
+    body = {"inputs": {"topic": "same words"}, "user": "u", "response_mode": "streaming"}
+    with (
+        server.key_client("story") as http,
+        http.stream("POST", "/v1/workflows/run", json=body) as reply,
+    ):
+        streamed = [f for f in _events(reply) if f != "ping"]
+
+    def shape(event: dict) -> tuple:
+        data = event.get("data") or {}
+        return (event["event"], tuple(sorted(event)), tuple(sorted(data)), data.get("text"),
+                data.get("node_id"), data.get("status"))  # fmt: skip
+
+    assert [shape(e) for e in streamed] == [shape(e) for e in printed]
