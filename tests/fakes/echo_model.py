@@ -6,7 +6,7 @@ tests (the server under test and the client SDKs are processes too).
 prints `PORT n`, then answers every `/v1/chat/completions` request with the
 words `echo: <the last user message>`, one word per frame, `--interval`
 seconds apart. A message containing `[slow]` gets 200 words at 0.1 s (a run to
-stop mid-stream), `[medium]` 20 words at 0.1 s, `[think]` 1.2 s of silence before its words; `[count]` answers `turn N` with N the number of user
+stop mid-stream), `[medium]` 20 words at 0.1 s, `[think]` 1.2 s of silence before its words, `[flaky]` a 503 every other time; `[count]` answers `turn N` with N the number of user
 messages in the prompt (memory across turns). It serves until stdin closes.
 gevent: a thousand streams at once cost a thousand greenlets.
 """
@@ -87,6 +87,8 @@ def main() -> None:
     import gevent
     from gevent.server import StreamServer
 
+    flaky_seen = [0]
+
     def handle(sock, _address) -> None:  # type: ignore[no-untyped-def]
         try:
             raw = _read_request(sock)
@@ -94,6 +96,11 @@ def main() -> None:
             if not path.endswith(b"/chat/completions"):
                 sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                 return
+            if b"[flaky]" in body:
+                flaky_seen[0] += 1
+                if flaky_seen[0] % 2:  # every other [flaky] request: the server is overloaded
+                    sock.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+                    return
             request = json.loads(body or b"{}")
             words, interval = reply_words(request)
             sock.sendall(HEADERS)

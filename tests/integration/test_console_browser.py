@@ -161,3 +161,18 @@ def test_the_console_speaks_the_browsers_language(browser, server: Server) -> No
     assert browser.find_element(By.ID, "stop").text == "Stoppen"
     assert browser.find_element(By.ID, "new-conversation").text == "Neue Unterhaltung"
     _shot(browser, "german")
+
+
+def test_the_timeline_shows_a_retry(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    _open_app(browser, server, "story")
+    _wait(browser, lambda d: d.find_elements(By.NAME, "topic"))
+    browser.find_element(By.NAME, "topic").send_keys("[flaky] try again")
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, lambda d: d.find_element(By.ID, "status").text == "succeeded")
+    writer = browser.find_elements(By.CSS_SELECTOR, "#timeline tbody tr")[1]
+    events = writer.find_elements(By.TAG_NAME, "td")[4].text
+    assert "retry 1:" in events and "first token after" in events
+    assert browser.find_element(By.ID, "answer").text.startswith("echo: [flaky] try again")
+    _shot(browser, "retry")
