@@ -26,6 +26,7 @@ from nodes.start import InputError
 from runtime.environment import EnvVarError
 from runtime.routes import RouteError
 from runtime.settings import RuntimeSettings
+from sandbox.executor import CodeExecutor
 from serve import bodies, uploads
 from serve.apps import App, AppDirectory
 from serve.errors import (
@@ -85,6 +86,7 @@ class ServeContext:
     clients: RoutePlanner | None
     ping_interval: float = PING_INTERVAL_S
     links: FileLinks = field(default_factory=FileLinks)
+    code_executor: CodeExecutor | None = None  # shared by every run; None: each run builds one
 
 
 def _rules() -> Map:
@@ -365,6 +367,7 @@ class ServiceApi:
                 store=store,
                 settings=context.settings,
                 clients=context.clients,
+                code_executor=context.code_executor,
             )
         except InputError as exc:
             raise invalid_param("serve.error.input", error=exc.render()) from None

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from locales import t
+from runtime.code_executors import build_code_executor
 from runtime.route_clients import RouteClients
 from runtime.routes import ModelRoutes
 from runtime.settings import RuntimeSettings
@@ -90,6 +91,8 @@ class Service:
     route_clients: RouteClients
 
     def close(self) -> None:
+        if self.context.code_executor is not None:
+            self.context.code_executor.close()
         self.route_clients.close()
         self.context.store.close()
 
@@ -104,6 +107,13 @@ def build_service(
     routes = ModelRoutes(config.settings)
     route_clients = RouteClients(routes, max_connections=MAX_ROUTE_CONNECTIONS)
     providers = {p for app in apps.apps.values() for p in app.workflow.llm_providers()}
+    # One pool of code sandboxes for every run of every app (started on first use).
+    needs_code = any(app.workflow.uses_code_executor() for app in apps.apps.values())
+    code_executor = (
+        build_code_executor(config.settings.code_executor if config.settings else None)
+        if needs_code
+        else None
+    )
     try:
         if route_clients.needs_local(providers):
             route_clients.start_local()
@@ -115,8 +125,11 @@ def build_service(
             settings=config.settings,
             clients=SharedClients(route_clients),
             ping_interval=config.ping_interval,
+            code_executor=code_executor,
         )
     except BaseException:
+        if code_executor is not None:
+            code_executor.close()
         route_clients.close()
         store.close()
         raise
