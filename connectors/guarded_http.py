@@ -24,6 +24,7 @@ import codecs
 import contextlib
 import contextvars
 import mimetypes
+import re
 import socket
 import threading
 import time
@@ -161,7 +162,12 @@ def _decided_by_headers(headers: Mapping[str, str]) -> bool | None:
     if content_type.startswith("text/") and "csv" not in content_type:
         return False
     if content_type.startswith("application/"):
-        if any(kind in content_type for kind in _TEXT_APPLICATION_TYPES):
+        # Dify tests these as substrings, which makes every Office document
+        # (`vnd.openxmlformats-...`) text; whole name parts keep `rss+xml`,
+        # `x-javascript` or `ld+json` text and an Office document a file.
+        parts = set(re.split(r"[.+-]", content_type.split("/", 1)[1]))
+        subtype = content_type.split("/", 1)[1]
+        if subtype in _TEXT_APPLICATION_TYPES or parts & set(_TEXT_APPLICATION_TYPES):
             return False
         return None
     return _by_mime_type(content_type)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from connectors.guarded_http import (
@@ -15,7 +17,9 @@ from connectors.guarded_http import (
     HttpLimits,
 )
 from connectors.knowledge import KnowledgeBackend, KnowledgeError
+from connectors.mcp_client import McpServer
 from connectors.net_policy import NetworkPolicy
+from connectors.tool_messages import ToolError
 
 
 @dataclass
@@ -28,6 +32,7 @@ class Connectors:
 
     settings: Any = None
     _http: GuardedHttp | None = field(default=None, init=False, repr=False)
+    _files_dir: Path | None = field(default=None, init=False, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -63,6 +68,40 @@ class Connectors:
             raise KnowledgeError("errors.knowledge.unknownDataset", dataset=dataset_id)
         return spec, self.cached(f"knowledge:{dataset_id}", lambda: _backend(spec))
 
+    def files_dir(self) -> Path:
+        """Where files that nodes produce go: `files.dir` from the settings, else a
+        private temporary folder made once per process (kept: the files are outputs)."""
+        with self._lock:
+            if self._files_dir is None:
+                configured = getattr(self.section("files"), "dir", None)
+                self._files_dir = (
+                    Path(configured).expanduser()
+                    if configured
+                    else Path(tempfile.mkdtemp(prefix="firstgate-files-"))
+                )
+            return self._files_dir
+
+    def mcp_server(self, server_id: str) -> McpServer:
+        """The MCP server an `mcp` tool node names (its `provider_id`)."""
+        tools = self.section("tools")
+        spec = (getattr(tools, "mcp_servers", None) or {}).get(server_id)
+        if spec is None:
+            raise ToolError("errors.tool.unknownMcpServer", server=server_id)
+        headers = {
+            header: env_value(env, f"a header of MCP server {server_id}")
+            for header, env in spec.headers_env.items()
+        }
+        return self.cached(
+            f"mcp:{server_id}",
+            lambda: McpServer(
+                server_id,
+                spec.url,
+                headers,
+                timeout_s=spec.timeout_s,
+                max_file_bytes=getattr(tools, "max_file_bytes", 10 * 1024 * 1024),
+            ),
+        )
+
     def cached(self, key: str, build: Any) -> Any:
         """One shared instance per key (clients, indexes), built on first use."""
         with self._lock:
@@ -80,6 +119,14 @@ class Connectors:
                 if callable(close):
                     close()
             self._cache.clear()
+
+
+def env_value(name: str, what: str) -> str:
+    """A credential from the environment (`what` says whose), or a ToolError naming it."""
+    value = os.environ.get(name)
+    if not value:
+        raise ToolError("errors.tool.missingEnv", env=name, what=what)
+    return value
 
 
 def _backend(spec: Any) -> KnowledgeBackend:

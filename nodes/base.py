@@ -46,6 +46,9 @@ class Needs:
 
 NO_NEEDS = Needs()
 
+# In a node's `output_names`: it may also set outputs not known at load time
+# (a plugin tool's variables), so selectors into it are checked when it runs.
+ANY_OUTPUT = "*"
 
 # Edge handles. Success edges are `source`; Dify's older exports say `success-branch`.
 SUCCESS_HANDLE = "source"

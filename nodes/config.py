@@ -18,6 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationIn
 from pydantic_core import PydanticCustomError
 
 from nodes.selectors import Selector
+from plugin_daemon_client.durations import DurationError, parse_duration
 
 # At most this much of a value is quoted in a message: a value can be megabytes
 # (or an alias bomb), and a message must stay a line a person can read.
@@ -79,28 +80,26 @@ def between(lo: int, hi: int) -> BeforeValidator:
 
 
 def _milliseconds(value: Any) -> int | None:
-    if value is None or value == "":
-        return None
-    number = _as_int(value)
-    if number is None or number < 0:
+    try:
+        number = parse_duration(value, unset=("",), whole=True)
+    except DurationError:
         raise dsl_error(
             "dsl.milliseconds",
             "must be a whole number of milliseconds (0 or empty disables it), got {got}",
             got=shown(value),
-        )
-    return number
+        ) from None
+    return None if number is None else int(number)
 
 
 Milliseconds = Annotated[int | None, BeforeValidator(_milliseconds)]
 
 
 def _selector(value: Any) -> Selector:
-    if (
-        isinstance(value, list | tuple)
-        and len(value) >= 2
-        and all(isinstance(part, str) and part for part in value)
-    ):
-        return tuple(value)
+    if isinstance(value, list | tuple):
+        # Node ids that look like numbers may come unquoted out of YAML.
+        parts = [str(p) if isinstance(p, int) and not isinstance(p, bool) else p for p in value]
+        if len(parts) >= 2 and all(isinstance(part, str) and part for part in parts):
+            return tuple(parts)
     raise dsl_error(
         "dsl.selector",
         "must be a variable selector like [node_id, variable], got {got}",

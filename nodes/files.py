@@ -350,6 +350,41 @@ def is_file_mapping(value: Any) -> bool:
     return isinstance(value, Mapping) and value.get("dify_model_identity") == FILE_MODEL_IDENTITY
 
 
+def from_bytes(
+    data: bytes, *, mime_type: str, directory: Path, filename: str | None = None
+) -> File:
+    """A file a node produced (a tool's blob, a binary HTTP response), written
+    into `directory` under a fresh name and returned as Dify's `tool_file`.
+
+    The bytes land in a temporary name first and are renamed into place, so a
+    reader never sees half a file.
+    """
+    mime = (mime_type or "").split(";", 1)[0].strip().lower() or "application/octet-stream"
+    extension = _extension(filename or "") or (mimetypes.guess_extension(mime, strict=False) or "")
+    file_id = uuid.uuid4().hex
+    target = directory / f"{file_id}{extension}"
+    partial = directory / f".{file_id}.part"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(data)
+        partial.replace(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise FileError(
+            "errors.file.unwritable", path=str(target), detail=str(exc.strerror or exc)
+        ) from None
+    return File(
+        type=file_type_for(extension, mime),
+        transfer_method=TransferMethod.TOOL_FILE,
+        filename=filename or target.name,
+        extension=extension,
+        mime_type=mime,
+        size=len(data),
+        related_id=file_id,
+        path=target,
+    )
+
+
 def name_facts(name: str) -> tuple[str, str]:
     """A file name's extension (with the dot, lower case) and MIME type, as a
     file input derives them (an upload is classified by the same rule)."""

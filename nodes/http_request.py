@@ -5,9 +5,13 @@ with `{{#node.var#}}` selectors), `body` (`none`, `form-data`,
 `x-www-form-urlencoded`, `json`, `raw-text`, `binary`), `authorization`
 (`no-auth`, or `api-key` as bearer, basic or a custom header), `timeout`
 (connect/read/write seconds, 0 or empty: Dify's maximum; values above the
-maximum are clamped to it), `ssl_verify`. Outputs: `status_code`, `body` (the
+maximum are clamped to it), `ssl_verify`. A `binary` body sends the bytes of
+its one file variable; a form-data file field sends each file of its variable
+as a part (both read up to `http_request.max_binary_bytes`; remote files are
+fetched under the same network policy). Outputs: `status_code`, `body` (the
 raw text, even for JSON; empty when the body became a file), `headers`,
-`files`.
+`files` (a response Dify classifies as a file becomes a file object, written
+to the settings' `files.dir`, within the binary size cap).
 
 As in Dify, a status outside 2xx is a success with that status code, unless
 the node retries or has an error strategy: then it is an
@@ -21,7 +25,11 @@ from __future__ import annotations
 
 import base64
 import json
+import mimetypes
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, field_validator
 
@@ -36,7 +44,9 @@ from connectors.guarded_http import (
     safe_url,
 )
 from nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
-from nodes.config import BaseNodeData, DslModel, dsl_error, shown
+from nodes.config import BaseNodeData, DslModel, OptionalSelector, dsl_error, shown
+from nodes.file_content import read as read_file
+from nodes.files import File, from_bytes
 from nodes.selectors import Selector, template_selectors
 from nodes.values import render_text
 
@@ -49,6 +59,7 @@ BODY_CONTENT_TYPES = {
     "x-www-form-urlencoded": "application/x-www-form-urlencoded",
     "form-data": "multipart/form-data",
     "raw-text": "text/plain",
+    "binary": "application/octet-stream",
 }
 MASK = "******"
 
@@ -79,7 +90,7 @@ class BodyItem(DslModel):
     key: str = ""
     type: Literal["text", "file"] = "text"
     value: str = ""
-    file: list[str] = Field(default_factory=list)
+    file: OptionalSelector = None
 
 
 class Body(DslModel):
@@ -130,28 +141,25 @@ class Data(BaseNodeData):
     timeout: Timeout | None = None
     ssl_verify: bool | None = None
 
-    @field_validator("body")
-    @classmethod
-    def _no_file_bodies_yet(cls, body: Body | None) -> Body | None:
-        if body is not None and (
-            body.type == "binary" or any(item.type == "file" for item in body.data)
-        ):
-            raise dsl_error(
-                "dsl.http.fileBody",
-                "request bodies with files are not supported yet (body type {type})",
-                type=body.type,
-            )
-        return body
-
 
 def selectors(data: Data) -> list[Selector]:
     texts = [data.url, data.headers, data.params]
     if data.authorization.config is not None:
         texts.append(data.authorization.config.api_key)
+    files: list[Selector] = []
     if data.body is not None and data.body.type != "none":
         for item in data.body.data:
-            texts.extend((item.key, item.value))
-    return [s for text in texts for s in template_selectors(text)]
+            texts.append(item.key)
+            if _is_file_item(data.body, item):
+                if item.file is not None:
+                    files.append(item.file)
+            else:
+                texts.append(item.value)
+    return [s for text in texts for s in template_selectors(text)] + files
+
+
+def _is_file_item(body: Body, item: BodyItem) -> bool:
+    return body.type == "binary" or (body.type == "form-data" and item.type == "file")
 
 
 def output_names(data: Data) -> set[str]:
@@ -200,8 +208,50 @@ def _json_body(text: str) -> Any:
         raise NodeRunError("errors.http.badJsonBody") from None
 
 
-def build_request(data: Data, variables: VariableReader) -> tuple[RequestSpec, list[str]]:
-    """The request to send, and the secrets that must never be shown."""
+FileReader = Callable[[File], bytes]
+
+
+def _no_files(file: File) -> bytes:
+    raise NodeRunError("errors.connector.missing")
+
+
+def _files_at(selector: Selector | None, variables: VariableReader) -> list[File]:
+    value = variables.get(selector) if selector else None
+    items = value if isinstance(value, list | tuple) else [value]
+    return [item for item in items if isinstance(item, File)]
+
+
+def _attach_files(
+    spec: RequestSpec, body: Body, variables: VariableReader, read: FileReader
+) -> None:
+    """The file parts of a body: the one file of a `binary` body (required), or
+    a form's file fields (a field whose variable is unset is left out)."""
+    if body.type == "binary":
+        if len(body.data) != 1:
+            raise NodeRunError("errors.http.bodyItems", type=body.type)
+        found = _files_at(body.data[0].file, variables)
+        if not found:
+            where = ".".join(body.data[0].file or ("?",))
+            raise NodeRunError("errors.http.noFile", selector=where)
+        spec.content = read(found[0])
+        return
+    parts = [
+        (render_text(item.key, variables), file)
+        for item in body.data
+        if item.type == "file"
+        for file in _files_at(item.file, variables)
+    ]
+    spec.files = [
+        (key, (file.filename, read(file), file.mime_type or "application/octet-stream"))
+        for key, file in parts
+    ] or [("__multipart_placeholder__", ("", b"", "application/octet-stream"))]
+
+
+def build_request(
+    data: Data, variables: VariableReader, read: FileReader = _no_files
+) -> tuple[RequestSpec, list[str]]:
+    """The request to send, and the secrets that must never be shown. `read`
+    gives a file variable's bytes (for `binary` and form-data file bodies)."""
     url = render_text(data.url, variables).strip()
     if not url:
         raise NodeRunError("errors.http.noUrl")
@@ -235,18 +285,17 @@ def build_request(data: Data, variables: VariableReader) -> tuple[RequestSpec, l
             spec.json = _json_body(text)
         else:
             spec.content = text
-    else:  # x-www-form-urlencoded, form-data (text items)
-        form = {
+    elif body.type == "binary":
+        _attach_files(spec, body, variables, read)
+    else:  # x-www-form-urlencoded, form-data
+        spec.data = {
             render_text(item.key, variables): render_text(item.value, variables)
             for item in body.data
             if item.type == "text"
         }
         if body.type == "form-data":
             # Always multipart, even without files (Dify sends a placeholder part).
-            spec.data = form
-            spec.files = [("__multipart_placeholder__", ("", b"", "application/octet-stream"))]
-        else:
-            spec.data = form
+            _attach_files(spec, body, variables, read)
     return spec, secrets
 
 
@@ -279,27 +328,46 @@ def request_log(spec: RequestSpec, secrets: list[str], auth_header: str | None) 
         text += json.dumps(spec.json, ensure_ascii=False)
     elif spec.data:
         text += "&".join(f"{k}={v}" for k, v in spec.data.items())
+    for key, (filename, content, _) in spec.files or ():
+        if filename:
+            text += f"\r\n{key}=@{filename} <{len(content)} bytes>"
     return redact(text, secrets)
 
 
-def _outputs(reply: HttpReply) -> dict[str, Any]:
-    if reply.is_file:
-        raise NodeRunError(
-            "errors.http.binaryNotSupported",
-            content_type=reply.content_type or "unknown type",
-        )
+def response_file(reply: HttpReply, directory: Path) -> File:
+    """A binary response as Dify's file object (`tool_file`). The type comes from
+    the Content-Disposition filename, else Content-Type, else the URL (Dify's
+    order); the name from Content-Disposition, else the URL's last segment when
+    it has an extension, else a fresh id."""
+    disposition = reply.filename
+    url_name = PurePosixPath(urlsplit(reply.url).path).name
+    mime = (
+        (mimetypes.guess_type(disposition)[0] if disposition else None)
+        or reply.content_type.split(";", 1)[0].strip()
+        or mimetypes.guess_type(url_name)[0]
+        or "application/octet-stream"
+    )
+    name = disposition or (url_name if PurePosixPath(url_name).suffix else None)
+    return from_bytes(reply.content, mime_type=mime, directory=directory, filename=name)
+
+
+def _outputs(reply: HttpReply, ctx: NodeContext) -> dict[str, Any]:
+    files = []
+    if reply.is_file and ctx.connectors is not None:
+        files.append(response_file(reply, ctx.connectors.files_dir()))
     return {
         "status_code": reply.status_code,
-        "body": reply.text,
+        "body": "" if files else reply.text,
         "headers": reply.headers,
-        "files": [],
+        "files": files,
     }
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     if ctx.connectors is None:
         raise NodeRunError("errors.connector.missing")
-    spec, secrets = build_request(data, ctx.variables)
+    limit = ctx.connectors.http.limits.max_binary_bytes
+    spec, secrets = build_request(data, ctx.variables, lambda f: read_file(f, ctx, limit))
     auth_header = None
     if data.authorization.type == "api-key" and data.authorization.config is not None:
         auth_header = data.authorization.config.header or "Authorization"
@@ -316,4 +384,4 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
         raise
     if not reply.is_success and (data.error_strategy or data.retry_config.retry_enabled):
         raise HTTPResponseCodeError(reply.status_code)
-    return NodeResult(outputs=_outputs(reply), process_data=process_data)
+    return NodeResult(outputs=_outputs(reply, ctx), process_data=process_data)

@@ -1,34 +1,199 @@
-"""One sandboxed Jinja2 environment for user templates (template-transform, LLM jinja2 prompts)."""
+"""User templates (template-transform, LLM jinja2 prompts): untrusted, so bounded.
+
+Two ways to render, chosen per template when it is compiled (once):
+
+- **inline**, in this process, for templates that only read, filter and
+  arrange their inputs (`nodes/jinja_triage.py` says which). Every loop
+  iteration ticks a budget of `INLINE_CPU_S` of this thread's
+  CPU time, and the output is checked against `MAX_OUTPUT_CHARS` piece by
+  piece while it is produced, so neither an endless loop nor a huge output
+  can take the process down. A render that runs out of budget is dropped and
+  done again in the sandbox, with the sandbox's limits.
+- **isolated**, in the code sandbox (`ctx.code_executor`, language
+  `jinja2`), for everything else: the job's process has hard CPU-time and
+  memory limits and a wall-clock timeout.
+
+Both use a Jinja2 `SandboxedEnvironment` with the same options.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jinja2 import Template, TemplateError
+from jinja2 import Template, TemplateError, nodes
 from jinja2.sandbox import SandboxedEnvironment
 
 from nodes.base import NodeRunError
+from nodes.jinja_triage import inline_reason
+from nodes.rendering import MAX_RENDERED_CHARS, TextBuilder, too_long
+from nodes.values import jsonable
+from sandbox.errors import CodeExecutionError
 
-# Dify caps template output; an unbounded template can exhaust memory.
-MAX_OUTPUT_CHARS = 400_000
+if TYPE_CHECKING:
+    from sandbox.executor import Cancellable, CodeExecutor
 
-_ENV = SandboxedEnvironment(autoescape=False, keep_trailing_newline=True)
+# Dify caps template output; an unbounded template can exhaust memory. The cap
+# and its check are the ones every rendered text has (nodes/rendering.py).
+MAX_OUTPUT_CHARS = MAX_RENDERED_CHARS
+# CPU time an inline render may take before it moves to the sandbox.
+INLINE_CPU_S = 0.05
+_TICKS_PER_CHECK = 256
+OPTIONS: dict[str, Any] = {"autoescape": False, "keep_trailing_newline": True}
+
+
+class _OverBudget(Exception):
+    pass
+
+
+class _Budget:
+    """CPU time from the first check on: a render of fewer than `_TICKS_PER_CHECK`
+    loop iterations and calls never reads the clock (the common case stays cheap)."""
+
+    __slots__ = ("seconds", "deadline", "left")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.deadline: float | None = None
+        self.left = _TICKS_PER_CHECK
+
+    def check(self) -> None:
+        self.left = _TICKS_PER_CHECK
+        now = time.thread_time()
+        if self.deadline is None:
+            self.deadline = now + self.seconds
+        elif now > self.deadline:
+            raise _OverBudget()
+
+
+_current = threading.local()  # a greenlet-local under gevent
+
+
+class _BudgetedEnvironment(SandboxedEnvironment):
+    """Every loop iterates through `ticking`, which ticks the current render's
+    budget. (Calls outside loops are bounded by the template's length; macros,
+    the way to recurse, are isolated by the triage.)"""
+
+    # Jinja evaluates constant expressions while it compiles (`as_const`, with or
+    # without its optimizer), so `{{ 'x' * 10**9 }}` would build its gigabyte
+    # here, before any guard ran. Intercepted operators are never folded.
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        tree = super()._parse(source, name, filename)
+        for loop in tree.find_all(nodes.For):
+            ticking = nodes.EnvironmentAttribute("ticking", lineno=loop.lineno)
+            loop.iter = nodes.Call(ticking, [loop.iter], [], None, None, lineno=loop.lineno)
+        return tree
+
+    @staticmethod
+    def ticking(iterable: Iterable[Any]) -> Iterator[Any]:
+        budget = getattr(_current, "budget", None)
+        if budget is None:
+            yield from iterable
+            return
+        for item in iterable:  # the tick, inlined: this runs once per loop iteration
+            budget.left -= 1
+            if budget.left <= 0:
+                budget.check()
+            yield item
+
+
+_ENV = _BudgetedEnvironment(**OPTIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    # Compiled only for inline rendering; an isolated template is parsed here
+    # (its syntax errors are found) and compiled in the sandbox.
+    template: Template | None
+    # Why it must render in the sandbox; None: it may render inline.
+    isolate_because: str | None
 
 
 @lru_cache(maxsize=512)
-def _compiled(template: str) -> Template:
+def compile_template(source: str) -> Compiled:
     # Compiling costs far more than rendering; a workflow renders the same
     # templates on every run. Compiled templates are safe to share across threads.
-    return _ENV.from_string(template)
-
-
-def render_jinja(template: str, variables: Mapping[str, Any]) -> str:
     try:
-        text = _compiled(template).render(**variables)
+        reason = inline_reason(_ENV.parse(source))
+        return Compiled(_ENV.from_string(source) if reason is None else None, reason)
     except TemplateError as exc:
         raise NodeRunError("dsl.node.templateError", detail=str(exc)) from exc
-    if len(text) > MAX_OUTPUT_CHARS:
-        raise NodeRunError("dsl.node.templateTooLong", size=len(text), limit=MAX_OUTPUT_CHARS)
+
+
+def render_jinja(
+    template: str,
+    variables: Mapping[str, Any],
+    *,
+    executor: CodeExecutor | None = None,
+    cancel: Cancellable | None = None,
+) -> str:
+    compiled = compile_template(template)
+    if compiled.template is not None:
+        try:
+            return _render_inline(compiled.template, variables)
+        except _OverBudget:
+            pass  # too much work for this process: the sandbox does it, with its limits
+    return _render_isolated(template, variables, executor, cancel)
+
+
+def _render_inline(template: Template, variables: Mapping[str, Any]) -> str:
+    _current.budget = _Budget(INLINE_CPU_S)
+    text = TextBuilder()
+    try:
+        for piece in template.generate(**variables):  # checked while produced
+            text.add(piece)
+        return text.text()
+    except TemplateError as exc:
+        raise NodeRunError("dsl.node.templateError", detail=str(exc)) from exc
+    finally:
+        _current.budget = None
+
+
+def _render_isolated(
+    template: str,
+    variables: Mapping[str, Any],
+    executor: CodeExecutor | None,
+    cancel: Cancellable | None,
+) -> str:
+    if executor is None:
+        raise NodeRunError("errors.template.noSandbox")
+    try:
+        result = executor.execute(
+            "jinja2",
+            template,
+            jsonable(dict(variables)),
+            cancel=cancel,
+            options={"options": OPTIONS, "max_chars": MAX_OUTPUT_CHARS},
+        )
+    except CodeExecutionError as exc:
+        raise _template_error(exc) from exc
+    text = result.get("result")
+    if not isinstance(text, str):
+        raise NodeRunError("dsl.node.templateError", detail="no text")
     return text
+
+
+_SANDBOX_TO_TEMPLATE = {
+    "errors.code.timeout": "errors.template.timeout",
+    "errors.code.cpuLimit": "errors.template.cpuLimit",
+    "errors.code.memoryLimit": "errors.template.memoryLimit",
+}
+
+
+def _template_error(exc: CodeExecutionError) -> Exception:
+    """The sandbox's view of a failed render, in the words of templates."""
+    key = exc.message_key
+    if key in _SANDBOX_TO_TEMPLATE:
+        error = type(exc)(_SANDBOX_TO_TEMPLATE[key], **exc.params)
+        return error
+    if key == "errors.code.textLimit":
+        return too_long(int(exc.params.get("size") or MAX_OUTPUT_CHARS + 1), MAX_OUTPUT_CHARS)
+    if key in ("errors.code.exception", "errors.code.exceptionAtLine"):
+        return NodeRunError("dsl.node.templateError", detail=str(exc.params.get("message", "")))
+    return exc

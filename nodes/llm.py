@@ -24,7 +24,6 @@ from nodes.config import (
     BaseNodeData,
     DslModel,
     Milliseconds,
-    _as_int,
     dsl_error,
     shown,
 )
@@ -39,6 +38,7 @@ from nodes.llm_prompt import (
     shown_prompt,
 )
 from nodes.selectors import Selector
+from plugin_daemon_client.durations import DurationError, parse_duration
 
 if TYPE_CHECKING:
     from plugin_daemon_client.first_token_budget import ResolvedBudget
@@ -64,22 +64,18 @@ class StructuredOutput(DslModel):
     enabled: bool = False
 
 
-AUTO = "auto"
-
-
 def _first_token_ms(value: Any) -> int | None:
     """Empty or "auto": None (the budget grows with the prompt); 0 disables it."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", AUTO)):
-        return None
-    number = _as_int(value)
-    if number is None or number < 0:
+    try:
+        number = parse_duration(value, whole=True)
+    except DurationError:
         raise dsl_error(
             "dsl.firstTokenMilliseconds",
             'must be a whole number of milliseconds, "auto" or empty (then the budget grows '
             "with the prompt; 0 disables it), got {got}",
             got=shown(value),
-        )
-    return number
+        ) from None
+    return None if number is None else int(number)
 
 
 FirstTokenMilliseconds = Annotated[int | None, BeforeValidator(_first_token_ms)]
@@ -166,6 +162,8 @@ def messages_for(data: Data, ctx: NodeContext) -> list[dict[str, Any]]:
         history=ctx.history,
         in_chat=bool(ctx.variables.get(("sys", "conversation_id"))),
         vision=data.vision,
+        executor=ctx.code_executor,
+        cancel=ctx.cancel,
     )
 
 

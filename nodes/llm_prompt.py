@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -20,8 +20,12 @@ from nodes.base import ChatTurn, NodeRunError, VariableReader
 from nodes.config import DslModel, OptionalSelector, SelectorField, between
 from nodes.files import DEFAULT_SIZE_LIMITS, File, FileType
 from nodes.jinja import render_jinja
+from nodes.rendering import TextBudget
 from nodes.selectors import Selector, template_selectors
 from nodes.values import as_text, render_text
+
+if TYPE_CHECKING:
+    from sandbox.executor import Cancellable, CodeExecutor
 
 CONTEXT_PLACEHOLDER = "{{#context#}}"
 HISTORIES_PLACEHOLDERS = ("{{#histories#}}", "#histories#")
@@ -157,26 +161,40 @@ def build_messages(
     history: Sequence[ChatTurn],
     in_chat: bool,
     vision: VisionConfig | None = None,
+    executor: CodeExecutor | None = None,
+    cancel: Cancellable | None = None,
 ) -> list[dict[str, Any]]:
     """The messages sent to the model. `in_chat`: the run has a conversation
-    (Dify gives an LLM node memory only then)."""
+    (Dify gives an LLM node memory only then). Jinja2 messages that need it
+    render in the code sandbox (`executor`)."""
     context_text = ""
     if context.selector:
         context_text = _context_text(variables.get(context.selector))
     jinja_values = {v.variable: variables.get(v.value_selector) for v in config.jinja2_variables}
+    # One cap for the whole prompt (`nodes.rendering`). The context goes in as
+    # text: a retrieved document that contains `{{#env.SECRET#}}` is not a
+    # template and pulls no variables in.
+    budget = TextBudget()
     rendered: list[dict[str, str]] = []
     for message in messages:
         if message.edition_type == "jinja2":
-            content = render_jinja(message.jinja2_text or "", jinja_values)
-        else:
-            content = render_text(
-                message.text.replace(CONTEXT_PLACEHOLDER, context_text), variables
+            content = render_jinja(
+                message.jinja2_text or "", jinja_values, executor=executor, cancel=cancel
             )
+            budget.charge(len(content))
+        else:
+            pieces: list[str] = []
+            for index, part in enumerate(message.text.split(CONTEXT_PLACEHOLDER)):
+                if index:
+                    budget.charge(len(context_text))
+                    pieces.append(context_text)
+                pieces.append(render_text(part, variables, budget))
+            content = "".join(pieces)
         rendered.append({"role": "user" if completion else message.role, "content": content})
     uses_memory = in_chat and memory is not None and memory.enabled
     if uses_memory:
         assert memory is not None
-        query = render_text(memory.query, variables)
+        query = render_text(memory.query, variables, budget)
         if completion:
             _merge_completion_memory(rendered, _history_text(history, memory), query)
         else:

@@ -18,6 +18,7 @@ from nodes import (
     answer,
     assigner,
     code,
+    document_extractor,
     end,
     http_request,
     if_else,
@@ -25,6 +26,7 @@ from nodes import (
     llm,
     start,
     template_transform,
+    tool,
     variable_aggregator,
 )
 from nodes.base import NO_NEEDS, SUCCESS_HANDLE, Needs, NodeContext, NodeResult, Role
@@ -90,6 +92,8 @@ MODULES: tuple[ModuleType, ...] = (
     http_request,
     code,
     knowledge_retrieval,
+    tool,
+    document_extractor,
 )
 
 NODE_TYPES: dict[str, NodeSpec] = {
@@ -102,10 +106,8 @@ NODE_TYPES: dict[str, NodeSpec] = {
 # with one message per such node, naming the type and the node.
 KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
     {
-        "tool",
         "question-classifier",
         "parameter-extractor",
-        "document-extractor",
         "list-operator",
         "iteration",
         "loop",

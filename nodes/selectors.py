@@ -43,7 +43,3 @@ def parse_template(template: str) -> list[Segment]:
 
 def template_selectors(template: str) -> list[Selector]:
     return [s.selector for s in parse_template(template) if isinstance(s, VariableSegment)]
-
-
-def selector_text(selector: Selector) -> str:
-    return "{{#" + ".".join(selector) + "#}}"

@@ -33,4 +33,5 @@ def output_names(data: Data) -> set[str]:
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     values = {v.variable: ctx.variables.get(v.value_selector) for v in data.variables}
-    return NodeResult(outputs={"output": render_jinja(data.template, values)})
+    text = render_jinja(data.template, values, executor=ctx.code_executor, cancel=ctx.cancel)
+    return NodeResult(outputs={"output": text})

@@ -15,6 +15,7 @@ from typing import Any
 
 from nodes.base import VariableReader
 from nodes.files import File
+from nodes.rendering import TextBudget, TextBuilder
 from nodes.selectors import TextSegment, parse_template
 
 
@@ -69,21 +70,25 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def render_text(template: str, variables: VariableReader) -> str:
-    """A `{{#node.var#}}` template as a prompt or condition sees it; unset renders empty."""
-    return _render(template, variables, as_text)
+def render_text(template: str, variables: VariableReader, budget: TextBudget | None = None) -> str:
+    """A `{{#node.var#}}` template as a prompt or condition sees it; unset renders empty.
+
+    The text is capped while it is built (`nodes.rendering`); pass `budget` to
+    count several renders against one cap (the messages of one prompt).
+    """
+    return _render(template, variables, as_text, budget)
 
 
 def render_markdown(template: str, variables: VariableReader) -> str:
-    """A `{{#node.var#}}` template as an answer shows it."""
-    return _render(template, variables, as_markdown)
+    """A `{{#node.var#}}` template as an answer shows it (capped the same way)."""
+    return _render(template, variables, as_markdown, None)
 
 
-def _render(template: str, variables: VariableReader, show: Any) -> str:
-    parts: list[str] = []
+def _render(template: str, variables: VariableReader, show: Any, budget: TextBudget | None) -> str:
+    text = TextBuilder(budget)
     for segment in parse_template(template):
         if isinstance(segment, TextSegment):
-            parts.append(segment.text)
+            text.add(segment.text)
         else:
-            parts.append(show(variables.get(segment.selector)))
-    return "".join(parts)
+            text.add(show(variables.get(segment.selector)))
+    return text.text()

@@ -8,24 +8,19 @@ real number (strings, booleans) is a configuration mistake and is rejected.
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
 
+from .durations import DurationError, positive_or_none
 from .errors import GateConfigError
 
 DEFAULT_CEILING_S = 1800.0
 
 
 def coerce_budget(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise GateConfigError(name=name, value=repr(value)[:60])
-    seconds = float(value)
-    if math.isnan(seconds) or math.isinf(seconds) or seconds <= 0:
-        return None
-    return seconds
+    try:
+        return positive_or_none(value)
+    except DurationError:
+        raise GateConfigError(name=name, value=repr(value)[:60]) from None
 
 
 @dataclass(frozen=True, slots=True)

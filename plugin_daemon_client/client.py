@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -50,6 +50,34 @@ DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024
 _ERROR_BODY_LIMIT = 64 * 1024
 # How long an error status's body may take to arrive: it only adds detail.
 _ERROR_BODY_WAIT_S = 5.0
+
+
+T = TypeVar("T")
+
+
+def one_exit(stream: Iterator[T], gate: Gate, url: str, redactor: Redactor) -> Iterator[T]:
+    """`stream`'s items; any way it fails becomes one typed `FirstGateError`,
+    scrubbed by `redactor`, then raised outside any except block (no exception
+    holding raw server bytes rides along as context)."""
+    failure: FirstGateError
+    try:
+        yield from stream
+        return
+    except GateTripped as tripped:
+        failure = tripped.error
+    except FirstGateError as error:
+        failure = error
+    except httpx.HTTPError as exc:
+        if gate.tripped is not None:  # our own abort surfaced as a transport error
+            failure = gate.tripped
+        else:
+            progress = gate.progress
+            progress.elapsed_s = gate.elapsed()
+            mapped = errors.map_transport_exception(exc, progress, url=url)
+            if mapped is None:
+                raise
+            failure = mapped
+    raise redactor.scrub(failure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,25 +181,7 @@ class LLMClient:
         # Without a gate in the context the reads are plain; a private gate
         # object still keeps the progress that errors report.
         gate = current_gate() or Gate(GateBudgets())
-        # The one exit: every error is scrubbed, then raised outside any except
-        # block (no exception holding raw server bytes rides along as context).
-        failure: FirstGateError
-        try:
-            yield from self._stream(request, gate)
-            return
-        except GateTripped as tripped:
-            failure = tripped.error
-        except FirstGateError as error:
-            failure = error
-        except httpx.HTTPError as exc:
-            if gate.tripped is not None:  # our own abort surfaced as a transport error
-                failure = gate.tripped
-            else:
-                mapped = errors.map_transport_exception(exc, self._progress(gate), url=request.url)
-                if mapped is None:
-                    raise
-                failure = mapped
-        raise self._redactor.scrub(failure)
+        yield from one_exit(self._stream(request, gate), gate, request.url, self._redactor)
 
     def _stream(self, request: PreparedRequest, gate: Gate) -> Iterator[LLMChunk]:
         body = json.dumps(request.body).encode()

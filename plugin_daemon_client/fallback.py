@@ -60,6 +60,7 @@ from urllib.parse import urlsplit
 
 import locales
 
+from .durations import DurationError, positive_or_none, require_positive_seconds
 from .errors import (
     AttemptCapError,
     ConnectError,
@@ -114,11 +115,12 @@ class FallbackEvent:
 
 
 def _positive_ms(value: object) -> float | None:
-    """The value as positive finite milliseconds, or None if it is anything else."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """The value as positive finite milliseconds, or None if it is anything else
+    (a cap never becomes "no cap" nor an instant kill: the caller falls through)."""
+    try:
+        return positive_or_none(value)
+    except DurationError:
         return None
-    ms = float(value)
-    return ms if math.isfinite(ms) and ms > 0 else None
 
 
 def _fmt_ms(value: float) -> str:
@@ -217,11 +219,10 @@ class FallbackPolicy:
 def _total_budget(value: object) -> float | None:
     """None, 0, negative, NaN or infinite: no total budget (the house rule for
     timeouts); anything that is not a number is a configuration error."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise FallbackConfigError(name=KEY_TOTAL, value=repr(value)[:60])
-    return _positive_ms(value)
+    try:
+        return positive_or_none(value)
+    except DurationError:
+        raise FallbackConfigError(name=KEY_TOTAL, value=repr(value)[:60]) from None
 
 
 # --- circuit breakers ------------------------------------------------------------
@@ -257,12 +258,8 @@ class CircuitBreakers:
     ) -> None:
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
             raise ValueError(f"breaker threshold must be a positive integer, got {threshold!r}")
-        if not (
-            isinstance(cooldown_s, int | float) and math.isfinite(cooldown_s) and cooldown_s > 0
-        ):
-            raise ValueError(f"breaker cooldown must be positive seconds, got {cooldown_s!r}")
         self.threshold = threshold
-        self.cooldown_s = float(cooldown_s)
+        self.cooldown_s = require_positive_seconds(cooldown_s, "breaker cooldown")
         self._clock = clock
         self._lock = threading.Lock()
         self._failures: dict[str, int] = {}

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .budgets import DEFAULT_CEILING_S, coerce_budget
+from .durations import DurationError, is_unset, parse_duration
 from .errors import BudgetConfigError, CeilingConfigError, GateConfigError
 
 DEFAULT_COLD_START_S = 180.0
@@ -55,7 +56,6 @@ ROUTE_PER_1K = "first_token_per_1k_s"
 ROUTE_KEYS = (ROUTE_TIMEOUT, ROUTE_CEILING, ROUTE_COLD_START, ROUTE_BASE, ROUTE_PER_1K)
 
 Source = Literal["node", "env", "route", "formula", "default"]
-_UNSET_WORDS = ("", "auto")
 
 
 # --- the formula -------------------------------------------------------------
@@ -120,10 +120,6 @@ def estimate_prompt_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
 # --- reading settings --------------------------------------------------------
 
 
-def _unset(value: object) -> bool:
-    return value is None or (isinstance(value, str) and value.strip().lower() in _UNSET_WORDS)
-
-
 def _number(
     name: str,
     value: object,
@@ -132,20 +128,10 @@ def _number(
     error: type[GateConfigError] = BudgetConfigError,
 ) -> float | None:
     """Seconds from a setting; None when it says "not set here" (None, "", "auto")."""
-    if _unset(value):
-        return None
-    if isinstance(value, str):
-        try:
-            seconds = float(value.strip())
-        except ValueError:
-            raise error(name=name, value=repr(value)[:60]) from None
-    elif isinstance(value, bool) or not isinstance(value, int | float):
-        raise error(name=name, value=repr(value)[:60])
-    else:
-        seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        raise error(name=name, value=repr(value)[:60])
-    return seconds
+    try:
+        return parse_duration(value, zero=allow_zero)
+    except DurationError:
+        raise error(name=name, value=repr(value)[:60]) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +220,7 @@ def resolve_first_token_budget(
         per_1k_s=constant(ENV_PER_1K, ROUTE_PER_1K, DEFAULT_PER_1K_S),
         ceiling_s=ceiling.value,
     )
-    if not _unset(node_value):
+    if not is_unset(node_value):
         # The node's field follows the gate's rule (0, negative, NaN or
         # infinite disable the deadline; not a number is an error).
         node_s = coerce_budget("first_token_timeout", node_value)

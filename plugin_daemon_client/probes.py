@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from .durations import require_positive_seconds
 from .gate import ProbeAnswer
 
 ProbeKind = Literal["auto", "llama.cpp-slots", "llama.cpp-metrics", "vllm", "gate", "off"]
@@ -158,23 +159,23 @@ def interpret_slots(body: bytes) -> ProbeAnswer:
     return "busy" if any(slot.is_processing for slot in slots) else "idle"
 
 
-def interpret_llamacpp_metrics(body: bytes) -> ProbeAnswer:
+def _running_or_waiting(body: bytes, running: str, waiting: str) -> ProbeAnswer:
+    """Busy while the `running` metric (required) plus `waiting` is above 0: a
+    request waiting for a slot means the server is not empty either."""
     text = body.decode("utf-8")
-    processing = _sum_of(text, "llamacpp:requests_processing")
-    if processing is None:
+    now = _sum_of(text, running)
+    if now is None:
         return None
-    # A deferred request waits for a slot: the server is not empty.
-    deferred = _sum_of(text, "llamacpp:requests_deferred") or 0.0
-    return "busy" if processing + deferred > 0 else "idle"
+    queued = _sum_of(text, waiting) or 0.0
+    return "busy" if now + queued > 0 else "idle"
+
+
+def interpret_llamacpp_metrics(body: bytes) -> ProbeAnswer:
+    return _running_or_waiting(body, "llamacpp:requests_processing", "llamacpp:requests_deferred")
 
 
 def interpret_vllm_metrics(body: bytes) -> ProbeAnswer:
-    text = body.decode("utf-8")
-    running = _sum_of(text, "vllm:num_requests_running")
-    if running is None:
-        return None
-    waiting = _sum_of(text, "vllm:num_requests_waiting") or 0.0
-    return "busy" if running + waiting > 0 else "idle"
+    return _running_or_waiting(body, "vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
 def interpret_gate_status(body: bytes) -> ProbeAnswer:
@@ -367,10 +368,7 @@ def make_probe(
     """
     if kind not in PROBE_KINDS:
         raise ValueError(f"unknown liveness probe {kind!r}; expected one of {PROBE_KINDS}")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise ValueError(f"probe timeout must be a number of seconds, got {timeout!r}")
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise ValueError(f"probe timeout must be a positive number of seconds, got {timeout!r}")
+    require_positive_seconds(timeout, "probe timeout")
     if kind == "off":
         return None
     origin_of(base_url)  # validate early

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from nodes.jinja import OPTIONS as JINJA_OPTIONS
 from runtime.routes import RouteError
 from runtime.settings.code_executor import CodeExecutorSettings
 from sandbox.dify_sandbox import DEFAULT_API_KEY, DifySandboxConfig, DifySandboxExecutor
@@ -44,5 +45,6 @@ def build_code_executor(settings: CodeExecutorSettings | None = None) -> CodeExe
             python=settings.python,
             node=settings.node,
             output_limits=output_limits,
+            jinja_options=JINJA_OPTIONS,
         )
     )

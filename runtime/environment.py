@@ -5,8 +5,8 @@ Where a value comes from, first match wins: the process environment
 (`FIRSTGATE_ENV_<NAME>`), then an env file (`--env-file`: `NAME=value` lines,
 the name with or without the prefix), then the value in the DSL (exports leave
 secrets empty). Secret values are handed to a `Redactor` so that no event,
-log line or error shows them; a secret shorter than four characters is refused,
-since replacing it everywhere would mangle ordinary text.
+log line or error shows them; a secret shorter than the redaction rule's
+minimum is refused, since replacing it everywhere would mangle ordinary text.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from locales.localized_error import LocalizedError
+from plugin_daemon_client.redaction import MIN_SECRET_CHARS
 from runtime.redaction import Redactor
 
 ENV_PREFIX = "FIRSTGATE_ENV_"
-MIN_SECRET_CHARS = 4
 
 
 class EnvVarError(LocalizedError):

@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from nodes.base import FAIL_HANDLE, Needs
+from nodes.base import Needs
 from nodes.config import BaseNodeData
 from nodes.registry import NodeSpec
 
@@ -60,12 +60,6 @@ class Graph:
     def in_edges(self, node_id: str) -> list[EdgeDef]:
         return self._in.get(node_id, [])
 
-    def is_branching(self, node_id: str) -> bool:
-        """Whether the node may leave some of its edges untaken."""
-        node = self.nodes[node_id]
-        handles = {e.handle for e in self.out_edges(node_id)}
-        return len(handles) > 1 or node.has_fail_branch or FAIL_HANDLE in handles
-
     @cached_property
     def reachable(self) -> frozenset[str]:
         seen = {self.start_id}
@@ -76,16 +70,6 @@ class Graph:
                     seen.add(edge.target)
                     stack.append(edge.target)
         return frozenset(seen)
-
-    def ancestors(self, node_id: str) -> set[str]:
-        seen: set[str] = set()
-        stack = [node_id]
-        while stack:
-            for edge in self.in_edges(stack.pop()):
-                if edge.source not in seen:
-                    seen.add(edge.source)
-                    stack.append(edge.source)
-        return seen
 
 
 def find_cycle(node_ids: list[str], edges: list[tuple[str, str]]) -> list[str] | None:

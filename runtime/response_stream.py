@@ -24,15 +24,20 @@ without it (an LLM that failed into its fail branch) is left out instead of
 waited for, so is one of a node nothing connects to the start; and a stream
 whose response node will not run is dropped at once (none of its text goes
 out after that, and the next stream takes over).
+
+What one response node streams stops at the rendering cap
+(`nodes.rendering.MAX_RENDERED_CHARS`): the rest is not sent, and the node's
+own render then fails with the cap's error.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nodes.base import FAIL_HANDLE, Role
+from nodes.rendering import MAX_RENDERED_CHARS
 from nodes.selectors import Segment, Selector, TextSegment, VariableSegment
 from nodes.values import as_markdown
 from runtime.graph import EdgeDef, Graph
@@ -106,6 +111,7 @@ class ResponseStreamer:
         }
         self._active: _Session | None = None
         self._waiting: deque[_Session] = deque()
+        self._sent: dict[str, int] = {}  # response node -> characters streamed
 
     # ---- which streams may open
 
@@ -166,7 +172,7 @@ class ResponseStreamer:
         for skipped_id in skipped:
             pieces.extend(self._drop(skipped_id))
         pieces.extend(self.flush())
-        return pieces
+        return self._capped(pieces)
 
     def on_chunk(self, source: str, attempt: int, text: str) -> list[Piece]:
         streams = [self._streams[s] for s in self._selectors_of(source)]
@@ -174,13 +180,25 @@ class ResponseStreamer:
             return []  # no template shows it: Dify drops such chunks
         for stream in streams:
             stream.chunks.append((attempt, text))
-        return self.flush()
+        return self._capped(self.flush())
 
     def on_retry(self, source: str) -> None:
         """The attempt failed: its chunks not yet shown never will be."""
         for selector in self._selectors_of(source):
             stream = self._streams[selector]
             del stream.chunks[stream.read :]
+
+    def _capped(self, pieces: list[Piece]) -> list[Piece]:
+        kept: list[Piece] = []
+        for piece in pieces:
+            room = MAX_RENDERED_CHARS - self._sent.get(piece.response_id, 0)
+            if room <= 0:
+                continue
+            if len(piece.text) > room:
+                piece = replace(piece, text=piece.text[:room])
+            self._sent[piece.response_id] = self._sent.get(piece.response_id, 0) + len(piece.text)
+            kept.append(piece)
+        return kept
 
     def _selectors_of(self, node_id: str) -> list[Selector]:
         return [

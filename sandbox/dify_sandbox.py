@@ -137,7 +137,7 @@ class DifySandboxExecutor:
             limit = int(options.get("max_chars") or 0)
             text = result.get("result")
             if limit and isinstance(text, str) and len(text) > limit:
-                raise CodeResourceLimitError("errors.code.textLimit", limit=limit)
+                raise CodeResourceLimitError("errors.code.textLimit", limit=limit, size=len(text))
         return result
 
     def _connection(self) -> http.client.HTTPConnection:

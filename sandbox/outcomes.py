@@ -43,7 +43,8 @@ def error_for(answer: dict[str, Any], language: str) -> CodeExecutionError:
     if kind == "cpu":
         return CodeTimeoutError("errors.code.cpuLimit", limit=_limit(answer))
     if kind in _LIMITS:
-        return CodeResourceLimitError(_LIMITS[kind], limit=_limit(answer))
+        extra = {"size": answer["size"]} if isinstance(answer.get("size"), int) else {}
+        return CodeResourceLimitError(_LIMITS[kind], limit=_limit(answer), **extra)
     if kind == "violation":
         operation = str(answer.get("operation") or "process")
         key = _VIOLATIONS.get(operation, "errors.code.violation.process")

@@ -52,6 +52,8 @@ class ProcessSandboxConfig:
     python: str | None = None  # default: this interpreter
     node: str | None = None  # default: `node` on PATH
     output_limits: OutputLimits = field(default_factory=OutputLimits)
+    # The Jinja2 options template jobs use (see WorkerConfig.jinja_options).
+    jinja_options: dict[str, Any] | None = None
 
 
 class ProcessSandbox:
@@ -102,6 +104,7 @@ class ProcessSandbox:
             limits=self.config.limits,
             network=self.config.network,
             require_landlock=self.config.require_landlock,
+            jinja_options=self.config.jinja_options,
         )
 
     def _add_worker(self) -> None:

@@ -59,7 +59,9 @@ class WorkerConfig:
     limits: SandboxLimits
     network: bool = False
     require_landlock: bool = True
-    jinja2: bool = True
+    # Options of the Jinja2 environment template jobs use: the worker builds one
+    # ahead (its lexer is cached) so a template job only compiles its template.
+    jinja_options: dict[str, Any] | None = None
     max_job_bytes: int = 64 * 1024 * 1024
     start_timeout_s: float = 30.0
 
@@ -119,10 +121,9 @@ class WorkerProcess:
                 "read_only": list(config.read_only),
                 "writable": [self.base_dir, "/dev/null"],
                 "network": config.network,
-                "jinja2": config.jinja2,
+                "jinja_options": config.jinja_options,
                 "limits": config.limits.as_frame(),
                 "node": config.node,
-                "env": config.env,
                 "max_frame_bytes": config.max_job_bytes,
             },
         )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
+import time
 from typing import Any
 
 from runtime import events as ev
@@ -63,3 +66,43 @@ def node_end(events: list[ev.Event], node_id: str = "n") -> ev.Event:
     ends = [e for e in events if isinstance(e, ev.NodeFinished) and e.node_id == node_id]
     assert ends, f"node {node_id} never ended: {[type(e).__name__ for e in events]}"
     return ends[-1]
+
+
+def chain_flow(
+    steps: list[tuple[str, str, dict[str, Any]]],
+    outputs: dict[str, list[str]],
+    *,
+    start_variables: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """start -> each (id, type, data) in order -> end, with `outputs` at the end."""
+    document = one_node_flow("end", {}, {}, start_variables=start_variables)
+    graph = document["workflow"]["graph"]
+    start, _, end = graph["nodes"]
+    end["data"]["outputs"] = [
+        {"variable": name, "value_selector": selector} for name, selector in outputs.items()
+    ]
+    middle = [
+        {"id": node_id, "data": {"type": kind, "title": node_id, **data}}
+        for node_id, kind, data in steps
+    ]
+    graph["nodes"] = [start, *middle, end]
+    ids = ["start", *(node_id for node_id, _, _ in steps), "end"]
+    graph["edges"] = [
+        {"source": a, "target": b, "sourceHandle": "source"} for a, b in itertools.pairwise(ids)
+    ]
+    return document
+
+
+def abort_once(run: Any, ready: Any, reason: str = "stop") -> list[ev.Event]:
+    """Consume `run` on a thread, abort it once `ready()` is true (within 10 s),
+    and return its events; the run must end within 10 s of the abort."""
+    events: list[ev.Event] = []
+    thread = threading.Thread(target=lambda: events.extend(run))
+    thread.start()
+    started = time.monotonic()
+    while not ready() and time.monotonic() - started < 10:
+        time.sleep(0.01)
+    run.abort(reason)
+    thread.join(10)
+    assert not thread.is_alive(), "the run did not end after the abort"
+    return events

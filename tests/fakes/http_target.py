@@ -11,6 +11,7 @@ Paths:
   /liar-long          Content-Length 1000, sends 10 bytes and closes
   /liar-short         Content-Length 5, sends 50 bytes
   /file               a small PNG-typed body with a Content-Disposition filename
+  /docs/NAME          `documents[NAME]`: (content type, bytes)
 Every request is recorded in `requests`.
 """
 
@@ -18,10 +19,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.serving import Serving
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -130,6 +132,13 @@ class _Handler(BaseHTTPRequestHandler):
                 "image/png",
                 Content_Disposition='attachment; filename="pixel.png"',
             )
+        elif path.startswith("/docs/"):
+            name = path.rsplit("/", 1)[1]
+            content = self.server.documents.get(name)
+            if content is None:
+                self._send(404, b"no such document")
+            else:
+                self._send(200, content[1], content[0])
         else:
             self._send(404, b"not found")
 
@@ -144,16 +153,16 @@ class _Server(ThreadingHTTPServer):
         self.requests: list[dict[str, Any]] = []
         self.stop = threading.Event()
         self.huge_sent = 0
+        self.documents: dict[str, tuple[str, bytes]] = {}
 
 
-class HttpTarget:
+class HttpTarget(Serving):
     """`with HttpTarget() as target:` serves on 127.0.0.1 until the block ends."""
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self._server = _Server(host)
         self.host = host
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
@@ -164,17 +173,10 @@ class HttpTarget:
         return self._server.requests
 
     @property
+    def documents(self) -> dict[str, tuple[str, bytes]]:
+        """Served at /docs/NAME: NAME -> (content type, bytes)."""
+        return self._server.documents
+
+    @property
     def huge_sent(self) -> int:
         return self._server.huge_sent
-
-    def __enter__(self) -> HttpTarget:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.stop.set()
-        self._server.shutdown()
-        self._server.server_close()
-        deadline = time.monotonic() + 2
-        while self._thread.is_alive() and time.monotonic() < deadline:
-            self._thread.join(0.1)

@@ -7,10 +7,10 @@ honouring `top_k`, `score_threshold` and a `metadata_condition` on `is`);
 
 from __future__ import annotations
 
-import json
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.serving import Serving, read_json, send_json
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -20,10 +20,7 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        self.server.requests.append(
-            {"path": self.path, "headers": dict(self.headers), "body": body}
-        )
+        body = read_json(self)
         if self.server.status != 200:
             answer = {"error_code": 1002, "error_msg": "Authorization failed"}
             return self._send(self.server.status, answer)
@@ -47,12 +44,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"records": records[: setting["top_k"]]})
 
     def _send(self, status: int, doc: Any) -> None:
-        data = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, doc)
 
 
 class _Server(ThreadingHTTPServer):
@@ -65,11 +57,10 @@ class _Server(ThreadingHTTPServer):
         self.status = 200
 
 
-class KnowledgeApi:
+class KnowledgeApi(Serving):
     def __init__(self, documents: list[dict[str, Any]]) -> None:
         self._server = _Server()
         self._server.documents = documents
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def endpoint(self) -> str:
@@ -81,11 +72,3 @@ class KnowledgeApi:
 
     def fail_with(self, status: int) -> None:
         self._server.status = status
-
-    def __enter__(self) -> KnowledgeApi:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()

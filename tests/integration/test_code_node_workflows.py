@@ -353,3 +353,37 @@ def test_cli_runs_a_code_workflow_with_a_settings_file(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     last = json.loads(out.stdout.strip().splitlines()[-1])
     assert last["data"]["outputs"] == {"total": 2}
+
+
+def test_the_run_warms_its_executor_up_before_the_first_code_node() -> None:
+    document = flow(
+        [
+            node("first", "template-transform", template="ready"),
+            code_node("c", "def main():\n    return {'r': 'ran'}\n", {"r": "string"}),
+        ],
+        [edge("start", "first"), edge("first", "c")],
+    )
+    run_ = load_workflow(document).run(
+        {}, settings=RuntimeSettings.model_validate({"code_executor": {"workers": 1}})
+    )
+    executor = run_.code_executor
+    events = []
+    for event in run_:
+        events.append(event)
+        if isinstance(event, ev.NodeStarted) and event.node_id == "first":
+            # The code node cannot start before we pull more events; the pool must
+            # already be coming up in the background.
+            for _ in range(200):
+                if executor._workers:  # type: ignore[union-attr]
+                    break
+                time.sleep(0.05)
+            assert executor._workers, "the pool was not started with the run"  # type: ignore[union-attr]
+    assert isinstance(final(events), ev.WorkflowSucceeded)
+
+
+def test_a_run_without_code_nodes_starts_no_process() -> None:
+    document = flow([node("t", "template-transform", template="{{ 1 }}")], [edge("start", "t")])
+    run_ = load_workflow(document).run({})
+    events = list(run_)
+    assert isinstance(final(events), ev.WorkflowSucceeded)
+    assert not run_.code_executor._started  # type: ignore[union-attr]

@@ -131,11 +131,7 @@ def test_an_answer_with_two_ways_in_runs_when_either_is_taken(query: str, answer
     assert {"check", "model", "model_answer"} <= started
     assert ("hello_answer" in started) == ("hello" in query)
     model_started = index_of(events, ev.NodeStarted, "model")
-    streamed = [
-        i
-        for i, e in enumerate(events)
-        if isinstance(e, ev.TextChunk) and e.source_node_id == "model"
-    ]
+    streamed = chunk_positions(events, "model")
     assert streamed and min(streamed) > model_started
 
 
@@ -165,20 +161,21 @@ def test_straight_to_the_end_node_the_model_streams_token_by_token() -> None:
     assert events.index(pieces[-1]) < index_of(events, ev.NodeSucceeded, "llm_b")
 
 
+def chunk_positions(events: list[ev.Event], source: str) -> list[int]:
+    """Where the text chunks streamed by node `source` stand among the events."""
+    return [
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, ev.TextChunk) and e.source_node_id == source
+    ]
+
+
 def test_parallel_models_stream_in_the_templates_order() -> None:
     events = run_flow("two_models_in_template_order", query="Tell me about yourself")
     expected = "".join(REPLIES["german"]) + "".join(REPLIES["english"])
     assert final(events).outputs == {"answer": expected}
-    german = [
-        i
-        for i, e in enumerate(events)
-        if isinstance(e, ev.TextChunk) and e.source_node_id == "german"
-    ]
-    english = [
-        i
-        for i, e in enumerate(events)
-        if isinstance(e, ev.TextChunk) and e.source_node_id == "english"
-    ]
+    german = chunk_positions(events, "german")
+    english = chunk_positions(events, "english")
     assert len(german) == len(REPLIES["german"]) and len(english) == len(REPLIES["english"])
     assert max(german) < min(english)
     assert max(english) < index_of(events, ev.NodeStarted, "out")  # all out before the answer runs
@@ -193,16 +190,8 @@ def test_text_of_an_earlier_model_shown_later_is_held_until_its_turn() -> None:
     # "first" ran (and finished) before "second" started, yet none of its text
     # went out before "second"'s text was complete.
     first_done = index_of(events, ev.NodeSucceeded, "first")
-    first_chunks = [
-        i
-        for i, e in enumerate(events)
-        if isinstance(e, ev.TextChunk) and e.source_node_id == "first"
-    ]
-    second_chunks = [
-        i
-        for i, e in enumerate(events)
-        if isinstance(e, ev.TextChunk) and e.source_node_id == "second"
-    ]
+    first_chunks = chunk_positions(events, "first")
+    second_chunks = chunk_positions(events, "second")
     assert min(first_chunks) > first_done and min(first_chunks) > max(second_chunks)
     assert len(first_chunks) == len(REPLIES["first"])  # held, then sent chunk by chunk
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from typing import Any
 
@@ -17,8 +16,9 @@ from connectors.guarded_http import GuardedHttp, HttpLimits, RequestSpec, Timeou
 from connectors.net_policy import NetworkPolicy
 from runtime import events as ev
 from runtime import load_workflow
-from tests.connect_support import node_end, one_node_flow, run_events, settings
+from tests.connect_support import abort_once, node_end, one_node_flow, run_events, settings
 from tests.fakes.http_target import HttpTarget
+from tests.run_events import final
 
 OUTPUTS = {
     "status": ["n", "status_code"],
@@ -43,10 +43,6 @@ def with_error_outputs(document: dict[str, Any]) -> dict[str, Any]:
 
 def allow(*entries: str) -> Any:
     return settings(http_request={"allow": list(entries)})
-
-
-def final(events: list[ev.Event]) -> ev.WorkflowFinished:
-    return next(e for e in reversed(events) if isinstance(e, ev.WorkflowFinished))
 
 
 @pytest.fixture
@@ -377,19 +373,7 @@ def test_abort_unblocks_a_waiting_request(target: HttpTarget) -> None:
     run = load_workflow(http_flow(target.url + "/slow?delay=30")).run(
         {}, settings=allow("127.0.0.1")
     )
-    events: list[ev.Event] = []
-    started = time.monotonic()
-
-    def consume() -> None:
-        events.extend(run)
-
-    thread = threading.Thread(target=consume)
-    thread.start()
-    while not target.requests and time.monotonic() - started < 10:
-        time.sleep(0.01)
-    run.abort("user pressed stop")
-    thread.join(10)
-    assert not thread.is_alive()
+    events = abort_once(run, lambda: target.requests, "user pressed stop")
     assert isinstance(final(events), ev.WorkflowStopped)
     # The socket was shut down: the node itself reported back (a request left
     # blocked would only be abandoned when the run's drain grace ran out).

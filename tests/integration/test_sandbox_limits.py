@@ -7,8 +7,10 @@ job's own process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -57,11 +59,14 @@ def test_infinite_loop_hits_the_cpu_limit(pool: ProcessSandbox) -> None:
 
 def test_sleeping_job_hits_the_wall_clock_timeout(pool: ProcessSandbox) -> None:
     code = "import time\ndef main():\n    time.sleep(60)\n"
+    workers = {w.pid for w in pool._workers}
     started = time.monotonic()
     with pytest.raises(CodeTimeoutError) as caught:
         pool.execute("python3", code, {})
     assert caught.value.message_key == "errors.code.timeout"
     assert time.monotonic() - started < 30  # the timeout, not the sleep, ended it
+    # The worker ended the job itself; the runtime did not have to give up on it.
+    assert {w.pid for w in pool._workers} == workers
     still_runs(pool)
 
 
@@ -97,7 +102,8 @@ def test_fork_below_the_audit_hooks_is_refused_by_the_kernel(pool: ProcessSandbo
 
 
 def test_memory_hog_hits_the_memory_limit(pool: ProcessSandbox) -> None:
-    code = "def main():\n    blocks = []\n    while True:\n        blocks.append(bytearray(16 * 1024 * 1024))\n"
+    # Stops by itself at 2 GB: enough to cross the limit, bounded if the limit is gone.
+    code = "def main():\n    blocks = [bytearray(16 * 1024 * 1024) for _ in range(128)]\n    return {'n': len(blocks)}\n"
     with pytest.raises(CodeResourceLimitError) as caught:
         pool.execute("python3", code, {})
     assert caught.value.message_key == "errors.code.memoryLimit"
@@ -209,6 +215,10 @@ def test_code_sees_none_of_the_runtimes_environment(
     )
     with small_sandbox(workers=1) as fresh:
         result = fresh.execute("python3", code, {"runtime_pid": os.getpid()})
+        (worker,) = list(fresh._workers)
+        with open(f"/proc/{worker.pid}/environ", "rb") as fh:
+            worker_environment = fh.read()
+    assert b"hunter2" not in worker_environment
     assert "hunter2" not in repr(result)
     assert set(result["env"]) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR"}
     for name in ("environ", "mem", "cmdline"):
@@ -279,11 +289,66 @@ def test_an_oversized_result_hits_the_output_cap(pool: ProcessSandbox) -> None:
 
 
 def test_signals_to_other_processes_are_refused(pool: ProcessSandbox) -> None:
-    code = "import os, signal\ndef main(pid: int):\n    os.kill(pid, signal.SIGTERM)\n"
-    with pytest.raises(CodeSandboxViolationError) as caught:
-        pool.execute("python3", code, {"pid": os.getpid()})
-    assert caught.value.message_key == "errors.code.violation.signal"
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        code = "import os, signal\ndef main(pid: int):\n    os.kill(pid, signal.SIGTERM)\n"
+        with pytest.raises(CodeSandboxViolationError) as caught:
+            pool.execute("python3", code, {"pid": bystander.pid})
+        assert caught.value.message_key == "errors.code.violation.signal"
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
     still_runs(pool)
+
+
+def test_jobs_hold_no_capabilities(pool: ProcessSandbox) -> None:
+    code = (
+        "import ctypes\n"
+        "def main():\n"
+        "    header = (ctypes.c_uint32 * 2)(0x20080522, 0)\n"
+        "    data = (ctypes.c_uint32 * 6)()\n"
+        "    rc = ctypes.CDLL(None).capget(header, data)\n"
+        "    return {'rc': rc, 'effective': [data[0], data[3]], 'permitted': [data[1], data[4]]}\n"
+    )
+    assert pool.execute("python3", code, {}) == {"rc": 0, "effective": [0, 0], "permitted": [0, 0]}
+
+
+def test_job_processes_die_with_their_worker() -> None:
+    # A bare worker, not the pool: nobody kills the process group for it.
+    from sandbox.process_pool import ProcessSandbox as Pool
+    from sandbox.worker_process import WorkerBroken, WorkerProcess
+
+    config = Pool()._make_worker_config()
+    worker = WorkerProcess(config)
+    try:
+        done = threading.Event()
+
+        def slow() -> None:
+            job = {
+                "language": "python3",
+                "code": "import time\ndef main():\n    time.sleep(60)\n",
+                "inputs": {},
+            }
+            with contextlib.suppress(WorkerBroken):
+                worker.run(job, None)
+            done.set()
+
+        threading.Thread(target=slow, daemon=True).start()
+        time.sleep(0.5)
+        os.kill(worker.pid, 9)  # the worker alone, not its process group
+        assert done.wait(10)
+        worker.process.wait(10)  # reaped, so only its job processes could be left
+        for _ in range(100):  # they follow it (PDEATHSIG)
+            try:
+                os.killpg(worker.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("a job process outlived its worker")
+    finally:
+        worker.stop(grace_s=0)
 
 
 def test_raising_the_limits_again_is_refused(pool: ProcessSandbox) -> None:
@@ -418,6 +483,21 @@ class TestJavaScript:
         assert caught.value.message_key == "errors.code.memoryLimit"
         still_runs(pool)
 
+    def test_memory_outside_the_js_heap_is_limited_too(self, pool: ProcessSandbox) -> None:
+        # Buffers live outside V8's heap, so its heap flag does not see them;
+        # stops by itself at 2 GB.
+        code = (
+            "function main() {\n"
+            "  const blocks = [];\n"
+            "  for (let i = 0; i < 128; i++) blocks.push(Buffer.alloc(16 * 1024 * 1024, 1));\n"
+            "  return {n: blocks.length};\n"
+            "}"
+        )
+        with pytest.raises(CodeResourceLimitError) as caught:
+            pool.execute("javascript", code, {})
+        assert caught.value.message_key == "errors.code.memoryLimit"
+        still_runs(pool)
+
     def test_child_process_is_refused(self, pool: ProcessSandbox) -> None:
         code = "function main() { require('child_process').execSync('true'); return {} }"
         with pytest.raises(CodeSandboxViolationError) as caught:
@@ -460,3 +540,61 @@ class TestJavaScript:
         code = "function main() { return {keys: Object.keys(process.env).sort()} }"
         keys = pool.execute("javascript", code, {})["keys"]
         assert set(keys) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "FIRSTGATE_NETWORK"}
+
+
+def test_a_caller_waiting_for_a_busy_pool_can_be_cancelled() -> None:
+    from nodes.cancel import CancelToken
+
+    with small_sandbox(workers=1) as single:
+
+        def occupy() -> None:
+            with contextlib.suppress(CodeExecutionError):
+                single.execute(
+                    "python3", "import time\ndef main():\n    time.sleep(2)\n    return {}\n", {}
+                )
+
+        slow = threading.Thread(target=occupy, daemon=True)
+        slow.start()
+        time.sleep(0.3)  # the only worker is busy now
+        token = CancelToken()
+        threading.Timer(0.2, token.cancel, args=("stop",)).start()
+        started = time.monotonic()
+        with pytest.raises(CodeCancelledError):
+            single.execute("python3", ADD, {"a": 1}, cancel=token)
+        assert time.monotonic() - started < 1.5  # did not wait for the busy worker
+        slow.join(10)
+
+
+RUNTIME_THAT_DIES = """
+import os, sys, threading, time
+from sandbox.process_pool import ProcessSandbox, ProcessSandboxConfig
+from sandbox.worker_process import SandboxLimits
+pool = ProcessSandbox(ProcessSandboxConfig(workers=1, limits=SandboxLimits(wall_s=120, cpu_s=60)))
+pool.start()
+(worker,) = list(pool._workers)
+threading.Thread(target=pool.execute, args=("python3", "import time\\ndef main():\\n    time.sleep(100)\\n", {}), daemon=True).start()
+time.sleep(0.5)
+print(worker.pid, flush=True)
+os._exit(1)  # no clean-up of any kind
+"""
+
+
+def test_workers_exit_when_the_runtime_dies() -> None:
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", RUNTIME_THAT_DIES],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
+    worker_pid = int(out.stdout.split()[0])
+    for _ in range(100):  # the worker sees its socket close, ends the job and exits
+        try:
+            os.killpg(worker_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.killpg(worker_pid, 9)
+    pytest.fail("the sandbox worker outlived the runtime that started it")

@@ -168,12 +168,11 @@ def test_selector_to_a_missing_node_and_a_missing_variable(tmp_path: Path) -> No
     ]
 
 
-def test_selector_to_a_node_that_runs_later_loads_as_in_dify(tmp_path: Path) -> None:
-    # Dify does not check it either (the value is whatever that node has produced
-    # by then, here nothing), and real exports rely on it.
+def test_selector_to_a_node_that_runs_later(tmp_path: Path) -> None:
     doc = copy.deepcopy(GOOD)
     llm(doc)["prompt_template"] = [{"role": "user", "text": "{{#end.out#}}"}]
-    load_workflow(write(tmp_path, doc))
+    (message,) = problems(tmp_path, doc)
+    assert message.endswith('end.out refers to node end "End", which does not run before this node')
 
 
 def test_default_value_checked_against_its_type(tmp_path: Path) -> None:
@@ -230,8 +229,10 @@ def test_bad_mode_and_edge_handle(tmp_path: Path) -> None:
     assert problems(tmp_path, doc) == [
         'app.mode must be one of workflow, advanced-chat, got "agent-chat"'
     ]
-    # A handle the node never takes is kept (Dify keeps it): that edge is never taken.
     doc = copy.deepcopy(GOOD)
     doc["workflow"]["graph"]["edges"][1]["sourceHandle"] = "fail-branch"
-    workflow = load_workflow(write(tmp_path, doc))
-    assert [e.handle for e in workflow.graph.edges][1] == "fail-branch"
+    (message,) = problems(tmp_path, doc)
+    assert (
+        'leaves through handle "fail-branch", which this node does not have (it has: source)'
+        in message
+    )

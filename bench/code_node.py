@@ -1,0 +1,105 @@
+"""7. Code node latency: a trivial python3 code node through the warm sandbox
+pool (`sandbox/process_pool.py`), p50 and p99, against spawning a fresh
+`python3` per call in the same run (the cost the pool exists to avoid).
+
+    python -m bench.code_node [--gevent] [--calls 300] [--spawns 50]
+
+Ours: `nodes.code.run` (inputs, the pool's job hand-off to a pre-forked,
+already confined process, the result checked against the declared outputs).
+Baseline: `subprocess.run([python3, "-I", "-c", <the same code + a JSON
+print>])`, the shortest path a fresh interpreter per call can take (no
+confinement at all).
+"""
+
+from __future__ import annotations
+
+from bench.common import patch_gevent_if_asked
+
+patch_gevent_if_asked()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+from bench.common import header, line, ms, percentile, ratio  # noqa: E402
+from nodes import code  # noqa: E402
+from nodes.base import NodeContext  # noqa: E402
+from nodes.cancel import CancelToken  # noqa: E402
+from sandbox.process_pool import ProcessSandbox  # noqa: E402
+
+CODE = "def main(x: int) -> dict:\n    return {'y': x + 1}\n"
+DATA = code.Data.model_validate(
+    {
+        "type": "code",
+        "code_language": "python3",
+        "code": CODE,
+        "variables": [{"variable": "x", "value_selector": ["start", "x"]}],
+        "outputs": {"y": {"type": "number", "children": None}},
+    }
+)
+SPAWNED = CODE + "import json, sys\nprint(json.dumps(main(int(sys.argv[1]))))\n"
+
+
+class _Pool:
+    def get(self, selector: Any) -> Any:
+        return 41
+
+
+def through_pool(pool: ProcessSandbox, calls: int) -> list[float]:
+    context = NodeContext(
+        node_id="c", attempt=1, variables=_Pool(), cancel=CancelToken(), code_executor=pool
+    )
+    took = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        result = code.run(DATA, context)
+        took.append(time.perf_counter() - started)
+        assert result.outputs == {"y": 42}, result.outputs
+    return took
+
+
+def fresh_interpreter(calls: int) -> list[float]:
+    took = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        out = subprocess.run(
+            [sys.executable, "-I", "-c", SPAWNED, "41"], capture_output=True, check=True
+        )
+        took.append(time.perf_counter() - started)
+        assert json.loads(out.stdout) == {"y": 42}
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--spawns", type=int, default=50)
+    parser.add_argument("--gevent", action="store_true")
+    args = parser.parse_args()
+    header("7. code node latency")
+    started = time.perf_counter()
+    pool = ProcessSandbox()
+    pool.start()
+    line(
+        f"pool of 2 workers ready in {ms(time.perf_counter() - started)} (once per process or run)"
+    )
+    try:
+        through_pool(pool, 20)  # warm-up
+        ours = through_pool(pool, args.calls)
+    finally:
+        pool.close()
+    fresh_interpreter(3)  # warm-up: the interpreter's files in the page cache
+    base = fresh_interpreter(args.spawns)
+    for q in (50, 99):
+        line(
+            f"p{q}: warm pool {ms(percentile(ours, q))}; fresh python3 per call"
+            f" {ms(percentile(base, q))}; ratio {ratio(percentile(ours, q), percentile(base, q))}"
+        )
+    line(f"target: p50 <= 5 ms: {'met' if percentile(ours, 50) <= 0.005 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Where a tool node's call goes, behind one interface: a built-in tool run in
+this process, a tool of an MCP server, or a plugin's tool through the Dify
+plugin daemon.
+
+`ToolProvider.invoke(ToolCall(tool, arguments, timeout_s, cancel))` yields Dify's
+tool messages (`connectors.tool_messages`) or raises a `ToolError`; the node
+turns the messages into its outputs. Which provider serves a node is decided
+from its `provider_type` and `provider_id` by `provider_for`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from connectors.builtin_tools import BuiltinTool
+from connectors.guarded_http import CancelLike
+from connectors.hub import Connectors, env_value
+from connectors.mcp_client import McpServer
+from connectors.tool_messages import (
+    ToolCancelledError,
+    ToolError,
+    ToolMessage,
+    ToolTimeoutError,
+    merge_blob_chunks,
+    parse_wire_message,
+)
+from connectors.tool_parameters import prepare
+from plugin_daemon_client.errors import (
+    ConnectError,
+    FirstGateError,
+    StreamCancelledError,
+    StreamTotalTimeoutError,
+)
+from plugin_daemon_client.tool_dispatch import PluginToolClient
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call of one tool: its arguments, its time bound, the run's cancel token."""
+
+    tool: str
+    arguments: Mapping[str, Any]
+    timeout_s: float
+    cancel: CancelLike | None = None
+
+
+class ToolProvider(Protocol):
+    def invoke(self, call: ToolCall) -> Iterable[ToolMessage]: ...
+
+
+class BuiltinProvider:
+    """A provider of `connectors.builtin_tools`: parameters are cast and
+    defaulted by the tool's declarations, then the tool runs here."""
+
+    def __init__(self, provider_id: str, tools: Mapping[str, BuiltinTool]) -> None:
+        self.provider_id = provider_id
+        self.tools = tools
+
+    def invoke(self, call: ToolCall) -> Iterator[ToolMessage]:
+        found = self.tools.get(call.tool)
+        if found is None:
+            raise ToolError("errors.tool.unknownTool", tool=call.tool, provider=self.provider_id)
+        yield from found.run(prepare(found.parameters, call.arguments))
+
+
+class McpProvider:
+    def __init__(self, server: McpServer) -> None:
+        self.server = server
+
+    def invoke(self, call: ToolCall) -> list[ToolMessage]:
+        return self.server.call(
+            call.tool, call.arguments, timeout_s=call.timeout_s, cancel=call.cancel
+        )
+
+
+class PluginProvider:
+    """A plugin's tool, dispatched to the Dify plugin daemon of the settings
+    (`tools.plugin_daemon`), with the provider's credentials from the
+    environment (`tools.providers.<id>.credentials_env`)."""
+
+    def __init__(
+        self, provider_id: str, client: PluginToolClient, credentials: Mapping[str, str]
+    ) -> None:
+        self.provider_id = provider_id
+        self.client = client
+        self.credentials = dict(credentials)
+
+    @classmethod
+    def from_settings(cls, provider_id: str, connectors: Connectors) -> PluginProvider:
+        tools = connectors.section("tools")
+        daemon = getattr(tools, "plugin_daemon", None)
+        if daemon is None:
+            raise ToolError("errors.tool.noDaemon", provider=provider_id)
+        api_key = None
+        if daemon.api_key_env:
+            api_key = env_value(daemon.api_key_env, "the plugin daemon key")
+        # A whole blob travels on one line, base64-encoded.
+        max_file = int(getattr(tools, "max_file_bytes", 10 * 1024 * 1024))
+        max_line = max_file * 4 // 3 + 64 * 1024
+        client = connectors.cached(
+            "plugin-daemon-tools",
+            lambda: PluginToolClient(
+                daemon.base_url,
+                daemon.tenant_id,
+                api_key,
+                user_id=daemon.user_id,
+                max_line_bytes=max_line,
+                max_reply_bytes=max(64 * 1024 * 1024, 4 * max_line),
+            ),
+        )
+        spec = (getattr(tools, "providers", None) or {}).get(provider_id)
+        credentials = {
+            name: env_value(env, f"a credential of {provider_id}")
+            for name, env in (spec.credentials_env.items() if spec is not None else ())
+        }
+        return cls(provider_id, client, credentials)
+
+    def invoke(self, call: ToolCall) -> Iterator[ToolMessage]:
+        tool, timeout_s = call.tool, call.timeout_s
+        stream = self.client.invoke(
+            self.provider_id,
+            tool,
+            call.arguments,
+            credentials=self.credentials,
+            timeout_s=timeout_s,
+            cancel=call.cancel,
+            secrets=tuple(self.credentials.values()),
+        )
+        try:
+            with contextlib.closing(stream):
+                for raw in stream:
+                    yield parse_wire_message(raw)
+        except StreamTotalTimeoutError:
+            raise ToolTimeoutError(seconds=f"{timeout_s:g}") from None
+        except StreamCancelledError:
+            raise ToolCancelledError() from None
+        except ConnectError as exc:
+            raise ToolError(
+                "errors.tool.daemonUnreachable",
+                url=self.client.base_url,
+                detail=exc.params.get("detail", ""),
+            ) from None
+        except FirstGateError as exc:
+            # The transport's own messages speak of model servers; a tool's do not.
+            detail = exc.params.get("detail") or exc.params.get("excerpt") or str(exc)
+            raise ToolError(
+                "errors.tool.pluginFailed", tool=tool, provider=self.provider_id, detail=detail
+            ) from None
+
+
+def provider_for(provider_type: str, provider_id: str, connectors: Connectors) -> ToolProvider:
+    """The provider serving a tool node (the node's data was checked at load time)."""
+    from connectors import builtin_tools
+
+    if provider_type == "mcp":
+        return McpProvider(connectors.mcp_server(provider_id))
+    local = builtin_tools.provider(provider_id)
+    if provider_type == "builtin" and local is not None:
+        return BuiltinProvider(provider_id, local)
+    return PluginProvider.from_settings(provider_id, connectors)
+
+
+def capped(messages: Iterable[ToolMessage], max_bytes: int) -> Iterator[ToolMessage]:
+    """Blob chunks reassembled, every file under the cap; the source is closed
+    when this is (a provider's stream holds a socket and its deadline)."""
+    source = iter(messages)
+    try:
+        yield from merge_blob_chunks(source, max_bytes)
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()

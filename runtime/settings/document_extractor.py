@@ -1,0 +1,28 @@
+"""The `document_extractor` section: how much a document-extractor node reads.
+
+    document_extractor:
+      max_file_bytes: 15728640        # Dify's document upload limit, 15 MiB
+      max_pages: 500                  # PDF pages
+      max_text_chars: 10000000        # the text of one file
+      max_unzipped_bytes: 268435456   # a DOCX or XLSX unpacked (zip bombs stop here)
+
+A file over a limit is an error naming the file and the limit, never a
+silently shortened text.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from nodes.config import DslModel
+from nodes.document_extractor import DEFAULT_MAX_FILE_BYTES
+from nodes.document_text import Limits
+
+_DEFAULTS = Limits()
+
+
+class DocumentExtractorSettings(DslModel):
+    max_file_bytes: int = Field(default=DEFAULT_MAX_FILE_BYTES, ge=1)
+    max_pages: int = Field(default=_DEFAULTS.max_pages, ge=1)
+    max_text_chars: int = Field(default=_DEFAULTS.max_chars, ge=1)
+    max_unzipped_bytes: int = Field(default=_DEFAULTS.max_unzipped_bytes, ge=1)

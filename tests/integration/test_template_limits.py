@@ -1,0 +1,140 @@
+"""Untrusted templates against the real sandbox: a template that loops for ever
+or builds a gigabyte is stopped with a typed error and the run goes on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nodes.jinja import compile_template, render_jinja
+from runtime import events as ev
+from runtime import load_workflow
+from sandbox.errors import CodeResourceLimitError, CodeTimeoutError
+from sandbox.process_pool import ProcessSandbox
+from tests.integration.sandbox_support import small_sandbox
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[ProcessSandbox]:
+    with small_sandbox() as started:
+        yield started
+
+
+ENDLESS = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+GIGABYTE = "{{ 'x' * 1000000000 }}"
+
+
+def test_endless_template_moves_to_the_sandbox_and_hits_its_cpu_limit(pool: ProcessSandbox) -> None:
+    with pytest.raises(CodeTimeoutError) as caught:
+        render_jinja(ENDLESS, {}, executor=pool)
+    assert caught.value.message_key == "errors.template.cpuLimit"
+
+
+def test_gigabyte_string_hits_the_sandbox_memory_limit(pool: ProcessSandbox) -> None:
+    with pytest.raises(CodeResourceLimitError) as caught:
+        render_jinja(GIGABYTE, {}, executor=pool)
+    assert caught.value.message_key == "errors.template.memoryLimit"
+
+
+def test_doubling_in_a_loop_is_stopped_in_the_sandbox(pool: ProcessSandbox) -> None:
+    source = "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}"
+    with pytest.raises(CodeResourceLimitError):
+        render_jinja(source, {}, executor=pool)
+
+
+def test_isolated_templates_render_like_inline_ones(pool: ProcessSandbox) -> None:
+    source = "{% macro row(i) %}<{{ i.name }}:{{ '%03d' % i.n }}>{% endmacro %}{% for i in items %}{{ row(i) }}{% endfor %}\n"
+    assert compile_template(source).isolate_because == "Macro"
+    items = [{"name": "a", "n": 1}, {"name": "b", "n": 22}]
+    assert render_jinja(source, {"items": items}, executor=pool) == "<a:001><b:022>\n"
+
+
+def test_a_heavy_but_finite_template_finishes_in_the_sandbox(pool: ProcessSandbox) -> None:
+    # Inline it would take more than its CPU budget; in the sandbox it finishes.
+    source = "{% set ns = namespace(n=0) %}{% for a in range(1000) %}{% for b in range(150) %}{% set ns.n = ns.n + 1 %}{% endfor %}{% endfor %}{{ ns.n }}"
+    assert compile_template(source).isolate_because is None
+    jobs: list[str] = []
+    real = pool.execute
+
+    def recording(language: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        jobs.append(language)
+        return real(language, *args, **kwargs)  # type: ignore[arg-type]
+
+    pool.execute = recording  # type: ignore[method-assign]
+    try:
+        assert render_jinja(source, {}, executor=pool) == "150000"
+    finally:
+        del pool.execute
+    assert jobs == ["jinja2"]  # it ran out of its inline budget and moved
+
+
+def test_errors_in_isolated_templates_read_like_template_errors(pool: ProcessSandbox) -> None:
+    from nodes.base import NodeRunError
+
+    with pytest.raises(NodeRunError) as caught:
+        render_jinja("{{ ''.__class__ * 2 }}", {}, executor=pool)
+    assert caught.value.message_key == "dsl.node.templateError"
+
+
+def flow(template: str) -> dict[str, Any]:
+    return {
+        "version": "0.1.5",
+        "kind": "app",
+        "app": {"name": "t", "mode": "workflow"},
+        "workflow": {
+            "graph": {
+                "nodes": [
+                    {"id": "s", "data": {"type": "start", "title": "s"}},
+                    {
+                        "id": "bad",
+                        "data": {
+                            "type": "template-transform",
+                            "title": "bad",
+                            "template": template,
+                            "error_strategy": "fail-branch",
+                        },
+                    },
+                    {
+                        "id": "next",
+                        "data": {
+                            "type": "code",
+                            "title": "next",
+                            "code_language": "python3",
+                            "code": "def main(why: str) -> dict:\n    return {'r': why}\n",
+                            "variables": [
+                                {"variable": "why", "value_selector": ["bad", "error_type"]}
+                            ],
+                            "outputs": {"r": {"type": "string"}},
+                        },
+                    },
+                    {
+                        "id": "e",
+                        "data": {
+                            "type": "end",
+                            "title": "e",
+                            "outputs": [{"variable": "r", "value_selector": ["next", "r"]}],
+                        },
+                    },
+                ],
+                "edges": [
+                    {"source": "s", "target": "bad"},
+                    {"source": "bad", "target": "next", "sourceHandle": "fail-branch"},
+                    {"source": "next", "target": "e"},
+                ],
+            }
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("template", "error_type"),
+    [(ENDLESS, "CodeTimeoutError"), (GIGABYTE, "CodeResourceLimitError")],
+)
+def test_hostile_template_in_a_workflow_takes_the_fail_branch(
+    pool: ProcessSandbox, template: str, error_type: str
+) -> None:
+    events = list(load_workflow(flow(template)).run({}, code_executor=pool))
+    assert isinstance(events[-1], ev.WorkflowPartialSucceeded)
+    assert events[-1].outputs == {"r": error_type}
