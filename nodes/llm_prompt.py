@@ -14,12 +14,12 @@ import base64
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from nodes.base import ChatTurn, NodeRunError, VariableReader
 from nodes.config import DslModel, OptionalSelector, SelectorField, between
 from nodes.files import DEFAULT_SIZE_LIMITS, File, FileType
-from nodes.jinja import render_jinja
+from nodes.jinja import checked_template, render_jinja
 from nodes.rendering import TextBudget
 from nodes.selectors import Selector, template_selectors
 from nodes.values import as_text, render_text
@@ -39,6 +39,14 @@ class PromptMessage(DslModel):
     text: str = ""
     edition_type: Literal["basic", "jinja2"] = "basic"
     jinja2_text: str | None = None
+
+    @model_validator(mode="after")
+    def _jinja_compiles(self) -> PromptMessage:
+        # Checked only where it is used: the editor keeps a stale jinja2_text
+        # around when a message is switched back to basic.
+        if self.edition_type == "jinja2":
+            checked_template(self.jinja2_text or "")
+        return self
 
 
 class Jinja2Variable(DslModel):
@@ -141,7 +149,8 @@ def _history_messages(history: Sequence[ChatTurn], turns: int) -> list[dict[str,
     return messages
 
 
-def _history_text(history: Sequence[ChatTurn], memory: MemoryConfig) -> str:
+def history_text(history: Sequence[ChatTurn], memory: MemoryConfig) -> str:
+    """The memory window as `Human: ...` / `Assistant: ...` lines (completion prompts)."""
     prefix = memory.role_prefix or RolePrefix()
     lines: list[str] = []
     for turn in list(history)[-memory.turns :]:
@@ -196,7 +205,7 @@ def build_messages(
         assert memory is not None
         query = render_text(memory.query, variables, budget)
         if completion:
-            _merge_completion_memory(rendered, _history_text(history, memory), query)
+            _merge_completion_memory(rendered, history_text(history, memory), query)
         else:
             rendered.extend(_history_messages(history, memory.turns))
             rendered.append({"role": "user", "content": query})

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 from nodes import (
     answer,
@@ -24,6 +25,7 @@ from nodes import (
     if_else,
     knowledge_retrieval,
     llm,
+    question_classifier,
     start,
     template_transform,
     tool,
@@ -50,6 +52,8 @@ class NodeSpec:
     template: Callable[[BaseNodeData], list[Segment]] | None = None
     # Runs code through `ctx.code_executor` (the runtime starts it with the run).
     uses_code_executor: bool = False
+    # A branch node's handles under the default-value strategy (None: the success edges).
+    default_handles: Callable[[BaseNodeData, dict[str, Any]], frozenset[str]] | None = None
 
 
 def _no_needs(data: BaseNodeData) -> Needs:
@@ -77,6 +81,7 @@ def _spec(module: ModuleType, type_name: str) -> NodeSpec:
         needs=getattr(module, "needs", _no_needs),
         template=template,
         uses_code_executor=getattr(module, "USES_CODE_EXECUTOR", False),
+        default_handles=getattr(module, "default_handles", None),
     )
 
 
@@ -85,6 +90,7 @@ MODULES: tuple[ModuleType, ...] = (
     end,
     answer,
     llm,
+    question_classifier,
     if_else,
     template_transform,
     variable_aggregator,
@@ -106,7 +112,6 @@ NODE_TYPES: dict[str, NodeSpec] = {
 # with one message per such node, naming the type and the node.
 KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
     {
-        "question-classifier",
         "parameter-extractor",
         "list-operator",
         "iteration",

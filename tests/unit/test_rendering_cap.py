@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodes import jinja
 from nodes.base import NodeContext
@@ -134,3 +136,18 @@ def test_the_messages_of_a_prompt_share_one_cap() -> None:
     # Each message alone fits (250 KB); the prompt (500 KB) does not.
     with pytest.raises(RenderedTooLongError):
         build_messages(data, Values({("n", "big"): "b" * 250_000}))
+
+
+NAMES = st.sampled_from(["a", "b1", "a.b", "_x", "a._b", "a.__class__", "not", "x.in", "a.", "1"])
+TEMPLATE_PIECES = st.one_of(
+    st.sampled_from(["{", "}", "{{", "}}", "{%", "%}", "{#", "#}", " ", "a", "_", ".", "|", "\n"]),
+    st.builds(lambda name, pad: "{{" + pad + name + pad + "}}", NAMES, st.sampled_from(["", " "])),
+)
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(pieces=st.lists(TEMPLATE_PIECES, max_size=12))
+def test_the_template_fast_path_never_passes_what_parsing_refuses(pieces: list[str]) -> None:
+    source = "".join(pieces)
+    if jinja._simple(source):
+        assert jinja.parsed_problem(source) is None, source
