@@ -121,6 +121,7 @@ class WorkflowRun:
             session.environment,
             session.conversation,
             session.conversation_types,
+            start_id=self.graph.start_id,
         )
         self.scheduler = Scheduler(self.graph)
         self.streamer = ResponseStreamer(self.graph, self.pool, self.scheduler.node_state)

@@ -17,7 +17,12 @@ from runtime.ancestry import Ancestry
 from runtime.dsl_models import Document, Edge, RawNode
 from runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
 from runtime.problems import DslError, NodeRef, Problem, problems_from_validation
-from runtime.variable_pool import SYS_VARIABLES, USER_INPUT, USER_INPUT_VARIABLES
+from runtime.variable_pool import (
+    SYS_VARIABLES,
+    USER_INPUT,
+    USER_INPUT_VARIABLES,
+    start_sys_alias,
+)
 from runtime.workflow import Workflow, declarations
 from runtime.yaml_reader import read_yaml_mapping
 
@@ -294,8 +299,9 @@ def _check_selector(
     outputs: dict[str, set[str]],
     conversation: set[str],
 ) -> Problem | None:
-    head, name = selector[0], selector[1]
     text = ".".join(selector)
+    selector = start_sys_alias(selector, graph.start_id) or selector
+    head, name = selector[0], selector[1]
     if head == USER_INPUT:
         if name not in USER_INPUT_VARIABLES:
             return Problem(

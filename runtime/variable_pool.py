@@ -4,7 +4,9 @@ Namespaces besides node ids: `sys` (Dify's system variables), `env`
 (environment variables), `conversation` (the conversation's variables, typed)
 and `userinput` (newer editors' name for the user's query and files). Deeper
 selector parts index into objects, and into files by attribute
-(`{{#start.doc.name#}}`).
+(`{{#start.doc.name#}}`). Older exports name a system variable through the
+start node, as Dify's start node outputs them: `[start_id, "sys.query"]` is
+`sys.query`.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ class VariablePool:
         environment: Mapping[str, Any] | None = None,
         conversation: Mapping[str, Any] | None = None,
         conversation_types: Mapping[str, str] | None = None,
+        start_id: str | None = None,
     ) -> None:
         self._lock = threading.Lock()
+        self._start_id = start_id
         self._values: dict[str, dict[str, Any]] = {
             "sys": dict(system),
             "env": dict(environment or {}),
@@ -63,12 +67,12 @@ class VariablePool:
 
     def has(self, selector: Selector) -> bool:
         with self._lock:
-            found = self._values.get(_canonical(selector)[0])
-            return found is not None and _canonical(selector)[1] in found
+            found = self._values.get(self._canonical(selector)[0])
+            return found is not None and self._canonical(selector)[1] in found
 
     def set(self, selector: Selector, value: Any) -> None:
         """Write one variable (an assigner's update)."""
-        head, name = _canonical(selector)[:2]
+        head, name = self._canonical(selector)[:2]
         with self._lock:
             self._values.setdefault(head, {})[name] = value
 
@@ -82,9 +86,14 @@ class VariablePool:
             return self._conversation_types.get(selector[1])
         return None
 
+    def _canonical(self, selector: Selector) -> Selector:
+        if selector and selector[0] == USER_INPUT:
+            return ("sys", *selector[1:])
+        return start_sys_alias(selector, self._start_id) or selector
+
     def get(self, selector: Selector) -> Any:
         """The value at `selector`; None when unset."""
-        path = _canonical(selector)
+        path = self._canonical(selector)
         with self._lock:
             value: Any = self._values.get(path[0])
         for part in path[1:]:
@@ -97,7 +106,10 @@ class VariablePool:
         return value
 
 
-def _canonical(selector: Selector) -> Selector:
-    if selector and selector[0] == USER_INPUT:
-        return ("sys", *selector[1:])
-    return selector
+def start_sys_alias(selector: Selector, start_id: str | None) -> Selector | None:
+    """`[start_id, "sys.query", ...]` as `("sys", "query", ...)`; None for any other selector."""
+    if start_id is not None and len(selector) >= 2 and selector[0] == start_id:
+        prefix, dot, name = selector[1].partition(".")
+        if prefix == "sys" and dot and name:
+            return ("sys", name, *selector[2:])
+    return None

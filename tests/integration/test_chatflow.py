@@ -177,6 +177,7 @@ def test_system_variables_of_a_chat_turn(tmp_path: Path) -> None:
         "workflow_id": info.workflow_id,
         "workflow_run_id": info.workflow_run_id,
         "files": "",
+        "older_query": "again",
     }
     assert info.app_id == first[0].run.app_id and info.workflow_id == workflow.workflow_id
     assert info.workflow_run_id != first[0].run.workflow_run_id
