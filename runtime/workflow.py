@@ -126,6 +126,7 @@ class Workflow:
         limits: RunLimits | None = None,
         max_workers: int = 16,
         run_id: str | None = None,
+        task_id: str | None = None,
         clients: Clients | None = None,
         turn_wait_s: float = DEFAULT_TURN_WAIT_S,
         code_executor: CodeExecutor | None = None,
@@ -166,6 +167,7 @@ class Workflow:
             env_file_values=env_file_values,
             turn_wait_s=turn_wait_s,
             run_id=run_id,
+            task_id=task_id,
         )
         lease = (
             limits.max_run_seconds + _LEASE_MARGIN_S

@@ -19,27 +19,23 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from locales import normalize_locale, t
-from locales.localized_error import LocalizedError
 from nodes.base import RoutePlanner
 from nodes.files import DEFAULT_SIZE_LIMITS, MB, FileType
-from nodes.start import InputError
-from runtime.environment import EnvVarError
-from runtime.routes import RouteError
 from runtime.settings import RuntimeSettings
 from sandbox.executor import CodeExecutor
 from serve import bodies, uploads
 from serve.apps import App, AppDirectory
 from serve.errors import (
     ApiError,
-    invalid_param,
     not_chat_app,
     not_found,
     not_workflow_app,
     unauthorized,
 )
 from serve.file_links import FileLinks
-from serve.runs import EventStream, RunHandle, RunManager
-from store.base import ConversationRecord, MessageRecord, Store, StoreError
+from serve.launch import RunRequest
+from serve.runs import EventSource, RunHandle, Runs
+from store.base import ConversationRecord, MessageRecord, Store
 
 log = logging.getLogger("firstgate.serve")
 
@@ -80,7 +76,7 @@ class ServeContext:
 
     apps: AppDirectory
     store: Store
-    runs: RunManager
+    runs: Runs
     uploads_dir: Path
     settings: RuntimeSettings | None
     clients: RoutePlanner | None
@@ -347,45 +343,19 @@ class ServiceApi:
         conversation: str | None,
         base_url: str,
     ) -> RunHandle:
-        context = self.context
-        if not context.runs.accepting:
+        runs = self.context.runs
+        if not runs.accepting:
             raise ApiError(503, "service_unavailable", "serve.error.draining")
-        store = context.store
-
-        def link(upload_id: str) -> str:
-            return context.links.link(base_url, upload_id)
-
-        resolved = uploads.resolve_inputs(inputs, app, store, link)
-        sys_files = uploads.resolve_files(files, app, store, link)
-        try:
-            run = app.workflow.run(
-                resolved,
-                query=query,
-                conversation_id=conversation,
-                user=user,
-                files=sys_files,
-                store=store,
-                settings=context.settings,
-                clients=context.clients,
-                code_executor=context.code_executor,
-            )
-        except InputError as exc:
-            raise invalid_param("serve.error.input", error=exc.render()) from None
-        except RouteError as exc:
-            raise ApiError(
-                400, "provider_not_initialize", "serve.error.provider", error=exc.render()
-            ) from None
-        except EnvVarError as exc:
-            raise ApiError(400, "app_unavailable", "serve.error.app", error=exc.render()) from None
-        except StoreError as exc:
-            if exc.message_key == "errors.store.foreignConversation":
-                raise not_found("serve.error.noConversation") from None
-            raise ApiError(
-                400, "conversation_busy", "serve.error.store", error=exc.render()
-            ) from None
-        except LocalizedError as exc:
-            raise invalid_param("serve.error.input", error=exc.render()) from None
-        return context.runs.start(run, app_stem=app.stem, user=user)
+        request = RunRequest(
+            app_stem=app.stem,
+            inputs=inputs,
+            user=user,
+            files=files,
+            query=query,
+            conversation_id=conversation,
+            base_url=base_url,
+        )
+        return runs.start(app, request)
 
     def _streaming(self, handle: RunHandle) -> Response:
         stream = handle.stream
@@ -508,7 +478,7 @@ class ServiceApi:
         return Response(status=204)
 
 
-def _wait(stream: EventStream) -> list[dict[str, Any]]:
+def _wait(stream: EventSource) -> list[dict[str, Any]]:
     """Every event of the run, once it has ended (a blocking reply)."""
     for _ in stream.follow(PING_INTERVAL_S):
         pass

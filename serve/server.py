@@ -34,6 +34,8 @@ from runtime.routes import ModelRoutes
 from runtime.settings import RuntimeSettings
 from serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
 from serve.apps import AppDirectory, load_directory
+from serve.file_links import FileLinks
+from serve.launch import Launcher
 from serve.runs import RunManager
 from store import open_store
 from store.base import Store
@@ -91,6 +93,7 @@ class Service:
     route_clients: RouteClients
 
     def close(self) -> None:
+        self.context.runs.close()
         if self.context.code_executor is not None:
             self.context.code_executor.close()
         self.route_clients.close()
@@ -117,14 +120,18 @@ def build_service(
     try:
         if route_clients.needs_local(providers):
             route_clients.start_local()
+        shared = SharedClients(route_clients)
+        links = FileLinks()
+        launcher = Launcher(store, config.settings, shared, links, code_executor)
         context = ServeContext(
             apps=apps,
             store=store,
-            runs=RunManager(),
+            runs=RunManager(launcher),
             uploads_dir=uploads_dir,
             settings=config.settings,
-            clients=SharedClients(route_clients),
+            clients=shared,
             ping_interval=config.ping_interval,
+            links=links,
             code_executor=code_executor,
         )
     except BaseException:
