@@ -27,6 +27,7 @@ from serve import bodies, uploads
 from serve.apps import App, AppDirectory
 from serve.errors import (
     ApiError,
+    invalid_param,
     not_chat_app,
     not_found,
     not_workflow_app,
@@ -35,7 +36,7 @@ from serve.errors import (
 from serve.file_links import FileLinks
 from serve.launch import RunRequest
 from serve.runs import EventSource, RunHandle, Runs
-from store.base import ConversationRecord, MessageRecord, Store
+from store.base import ConversationRecord, MessageRecord, RunRecord, Store
 
 log = logging.getLogger("firstgate.serve")
 
@@ -100,6 +101,7 @@ def _rules() -> Map:
             Rule("/v1/workflows/run", endpoint="run_workflow", methods=["POST"]),
             Rule("/v1/workflows/run/<run_id>", endpoint="workflow_run", methods=["GET"]),
             Rule("/v1/workflows/tasks/<task_id>/stop", endpoint="stop", methods=["POST"]),
+            Rule("/v1/workflow/<run_id>/events", endpoint="run_events", methods=["GET"]),
             Rule("/v1/chat-messages", endpoint="chat", methods=["POST"]),
             Rule("/v1/chat-messages/<task_id>/stop", endpoint="stop_chat", methods=["POST"]),
             Rule("/v1/messages", endpoint="messages", methods=["GET"]),
@@ -391,21 +393,7 @@ class ServiceApi:
     def _workflow_run(self, request: Request, app: App, run_id: str) -> Response:
         record = self.context.store.run(run_id)
         if record is not None and record.app_id == app.workflow.app_id:
-            return _json(
-                {
-                    "id": record.id,
-                    "workflow_id": record.workflow_id,
-                    "status": record.status,
-                    "inputs": record.inputs,
-                    "outputs": record.outputs,
-                    "error": record.error,
-                    "total_steps": record.total_steps,
-                    "total_tokens": record.total_tokens,
-                    "created_at": int(record.created_at),
-                    "finished_at": int(record.finished_at),
-                    "elapsed_time": record.elapsed_time,
-                }
-            )
+            return _json(_run_record(record))
         live = self.context.runs.by_run_id(run_id)
         if live is None or live.app_id != app.workflow.app_id:
             raise not_found("serve.error.noRun")
@@ -425,6 +413,51 @@ class ServiceApi:
                 "elapsed_time": 0.0,
             }
         )
+
+    def _run_events(self, request: Request, app: App, run_id: str) -> Response:
+        """Dify's `GET /workflow/{id}/events?user=`: a run's stream again, from its start
+        or, with `Last-Event-ID` (or `last_event_id`), after the events a client saw.
+        Each frame carries its position as the SSE `id`, so a client that reconnects
+        with the last one it saw resumes without a loss or a repeat. A finished run
+        whose events are no longer kept is its `workflow_finished` alone (Dify)."""
+        user = request.args.get("user") or ""
+        if not user:
+            raise invalid_param("serve.error.input", error="user")
+        last = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or "0"
+        if not last.isdigit() or len(last) > 9:
+            raise invalid_param("serve.error.input", error="Last-Event-ID")
+        runs = self.context.runs
+        handle = runs.by_run_id(run_id) or runs.get(run_id)
+        if handle is not None and handle.app_id == app.workflow.app_id and handle.user == user:
+            after = int(last)
+            return self._event_stream(
+                handle.stream.follow(self.context.ping_interval, after), after
+            )
+        record = self.context.store.run(run_id)
+        if record is None or record.app_id != app.workflow.app_id or record.user_id != user:
+            raise not_found("serve.error.noRun")
+        finished = {
+            "event": "workflow_finished",
+            "workflow_run_id": record.id,
+            "task_id": record.id,
+            "data": _run_record(record),
+        }
+        return self._event_stream(iter([json.dumps(finished, ensure_ascii=False).encode()]))
+
+    def _event_stream(self, events: Iterator[bytes | None], first: int = 0) -> Response:
+        def frames() -> Iterator[bytes]:
+            position = first
+            for event in events:
+                if event is None:
+                    yield PING
+                    continue
+                position += 1
+                yield b"id: %d\n" % position + sse(event)
+
+        response = Response(frames(), mimetype="text/event-stream", direct_passthrough=True)
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Accel-Buffering"] = "no"
+        return response
 
     # ---- conversations
 
@@ -483,6 +516,22 @@ def _wait(stream: EventSource) -> list[dict[str, Any]]:
     for _ in stream.follow(PING_INTERVAL_S):
         pass
     return stream.events()
+
+
+def _run_record(record: RunRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "workflow_id": record.workflow_id,
+        "status": record.status,
+        "inputs": record.inputs,
+        "outputs": record.outputs,
+        "error": record.error,
+        "total_steps": record.total_steps,
+        "total_tokens": record.total_tokens,
+        "created_at": int(record.created_at),
+        "finished_at": int(record.finished_at),
+        "elapsed_time": record.elapsed_time,
+    }
 
 
 def _find(events: list[dict[str, Any]], name: str) -> dict[str, Any] | None:

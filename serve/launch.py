@@ -22,6 +22,7 @@ from nodes.base import RoutePlanner
 from nodes.start import InputError
 from runtime.engine import WorkflowRun
 from runtime.environment import EnvVarError
+from runtime.limits import RunLimits
 from runtime.routes import RouteError
 from runtime.settings import RuntimeSettings
 from sandbox.executor import CodeExecutor
@@ -63,6 +64,7 @@ class Launcher:
     clients: RoutePlanner | None
     links: FileLinks
     code_executor: CodeExecutor | None = None
+    limits: RunLimits | None = None  # None: the engine's defaults
 
     def _resolve(self, app: App, request: RunRequest) -> tuple[dict[str, Any], list[Any]]:
         def link(upload_id: str) -> str:
@@ -92,6 +94,7 @@ class Launcher:
                 settings=self.settings,
                 clients=self.clients,
                 code_executor=self.code_executor,
+                limits=self.limits,
                 run_id=request.workflow_run_id,
                 task_id=request.task_id,
             )
