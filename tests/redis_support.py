@@ -65,7 +65,9 @@ class RedisServer:
             "--protected-mode", "yes",
             "--logfile", str(self.directory / "redis.log"),
         ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        )
         give_up = time.monotonic() + 30
         while time.monotonic() < give_up:
             if self.process.poll() is not None:
