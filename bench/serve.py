@@ -1,4 +1,4 @@
-"""9. `firstgate serve` under many slow streams, and stop through HTTP.
+"""11. `firstgate serve` under many slow streams, and stop through HTTP.
 
 A slow fake model (one token every 100 ms for 2 s, `bench.servers slow`)
 answers a one-LLM workflow. Three fresh processes:
@@ -323,7 +323,7 @@ def main() -> None:
         print(json.dumps(result))
         return
     print(
-        f"\n== 9. serve: {args.streams} concurrent streaming runs over HTTP vs in-process,"
+        f"\n== 11. serve: {args.streams} concurrent streaming runs over HTTP vs in-process,"
         f" {FRAMES} tokens at {INTERVAL_S * 1000:.0f} ms; stop through HTTP [gevent] ==",
         flush=True,
     )
