@@ -8,6 +8,7 @@ time limit, poison messages."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,7 +23,14 @@ from tests.postgres_support import postgres_server, postgres_url  # noqa: F401 -
 from tests.redis_support import RedisServer, redis_server, worker
 from tests.serve_support import APPS, ROOT, Server, echo_model, serve
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # Every process under test (serve, worker) runs gevent whatever the test
+    # client does: the gevent pass of the suite would run the same thing again.
+    pytest.mark.skipif(
+        os.environ.get("FIRSTGATE_GEVENT") == "1", reason="the processes run gevent in both passes"
+    ),
+]
 
 
 def frames(response: httpx.Response) -> Iterator[tuple[int | None, dict | str]]:
