@@ -103,25 +103,41 @@ def _distributed(args):  # type: ignore[no-untyped-def]
     )
 
 
+def _locale_and_apps(args):  # type: ignore[no-untyped-def]
+    """The messages' locale, and the apps directory (None, said why, when it is not one)."""
+    from pathlib import Path
+
+    import locales
+
+    locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
+    apps_dir = Path(args.apps_dir)
+    if not apps_dir.is_dir():
+        print(locales.t("serve.start.notADirectory", locale, dir=str(apps_dir)), file=sys.stderr)
+        return locale, None
+    return locale, apps_dir
+
+
+def _settings(args):  # type: ignore[no-untyped-def]
+    from runtime.settings import load_settings
+
+    return load_settings(args.models) if args.models else None
+
+
 def serve_main(argv: Sequence[str]) -> int:
     _patch_for_gevent()
     import os
     from pathlib import Path
 
-    import locales
     from locales.localized_error import LocalizedError
-    from runtime.settings import load_settings
     from serve.distributed.settings import require_shared_store
     from serve.server import ServeConfig, serve_forever
 
     args = _serve_parser().parse_args(list(argv))
-    locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
-    apps_dir = Path(args.apps_dir)
-    if not apps_dir.is_dir():
-        print(locales.t("serve.start.notADirectory", locale, dir=str(apps_dir)), file=sys.stderr)
+    locale, apps_dir = _locale_and_apps(args)
+    if apps_dir is None:
         return 2
     try:
-        settings = load_settings(args.models) if args.models else None
+        settings = _settings(args)
         distributed = _distributed(args)
         database = args.database_url or args.state
         if distributed is not None:
@@ -167,22 +183,16 @@ def _worker_parser():  # type: ignore[no-untyped-def]
 
 def worker_main(argv: Sequence[str]) -> int:
     _patch_for_gevent()
-    from pathlib import Path
-
-    import locales
     from locales.localized_error import LocalizedError
-    from runtime.settings import load_settings
     from serve.distributed.run_worker import run_worker
     from serve.distributed.settings import require_shared_store
 
     args = _worker_parser().parse_args(list(argv))
-    locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
-    apps_dir = Path(args.apps_dir)
-    if not apps_dir.is_dir():
-        print(locales.t("serve.start.notADirectory", locale, dir=str(apps_dir)), file=sys.stderr)
+    locale, apps_dir = _locale_and_apps(args)
+    if apps_dir is None:
         return 2
     try:
-        settings = load_settings(args.models) if args.models else None
+        settings = _settings(args)
         distributed = _distributed(args)
         database = require_shared_store(args.database_url)
         return run_worker(

@@ -19,7 +19,11 @@ import httpx
 import pytest
 import redis
 
-from tests.postgres_support import postgres_server, postgres_url  # noqa: F401 - fixtures
+from tests.postgres_support import (  # noqa: F401 - fixtures
+    fresh_database,
+    postgres_server,
+    postgres_url,
+)
 from tests.redis_support import RedisServer, redis_server, worker
 from tests.serve_support import APPS, ROOT, Server, echo_model, serve
 
@@ -71,28 +75,9 @@ def model() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def database(postgres_server: str) -> Iterator[str]:  # noqa: F811 - the fixture
-    # One database for the module's shared cluster (postgres_url is per test).
-    import pg8000.dbapi
-
-    from tests.postgres_support import _connect
-
-    name = f"t_dist_{int(time.time() * 1000) % 10**9}"
-    admin = _connect(postgres_server)
-    admin.autocommit = True
-    admin.cursor().execute(f"CREATE DATABASE {name}")
-    admin.close()
-    yield postgres_server.rsplit("/", 1)[0] + f"/{name}"
-    admin = _connect(postgres_server)
-    admin.autocommit = True
-    cursor = admin.cursor()
-    cursor.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
-    )
-    try:
-        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
-    except pg8000.dbapi.Error:
-        pass
-    admin.close()
+    # One database for the module's cluster (postgres_url is per test).
+    with fresh_database(postgres_server) as url:
+        yield url
 
 
 class Cluster:
