@@ -23,12 +23,15 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from jinja2 import Template, TemplateError, nodes
+from jinja2 import Template, TemplateError, TemplateSyntaxError, nodes
 from jinja2.sandbox import SandboxedEnvironment
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
 
 from nodes.base import NodeRunError
+from nodes.config import dsl_error, shown
 from nodes.jinja_triage import inline_reason
 from nodes.rendering import MAX_RENDERED_CHARS, TextBuilder, too_long
 from nodes.values import jsonable
@@ -124,6 +127,63 @@ def compile_template(source: str) -> Compiled:
         return Compiled(_ENV.from_string(source) if reason is None else None, reason)
     except TemplateError as exc:
         raise NodeRunError("dsl.node.templateError", detail=str(exc)) from exc
+
+
+# Constructs that load other templates: user templates have no loader (and may not
+# have one), so these can only fail; say so when the workflow is validated.
+_LOADERS = {
+    nodes.Include: "{% include %}",
+    nodes.Import: "{% import %}",
+    nodes.FromImport: "{% from ... import %}",
+    nodes.Extends: "{% extends %}",
+}
+
+
+@lru_cache(maxsize=2048)
+def template_problem(source: str) -> PydanticCustomError | None:
+    """What is wrong with a template that validation can see: its syntax, a
+    construct that loads other templates, an attribute the sandbox refuses."""
+    try:
+        tree = _ENV.parse(source)
+    except TemplateSyntaxError as exc:
+        return dsl_error(
+            "dsl.template.syntax",
+            "is not a valid Jinja2 template: {detail} (line {line})",
+            detail=exc.message or "?",
+            line=exc.lineno,
+        )
+    for node in tree.find_all(tuple(_LOADERS)):
+        return dsl_error(
+            "dsl.template.loads",
+            "uses {construct}, but a template cannot load other templates (line {line})",
+            construct=_LOADERS[type(node)],
+            line=node.lineno,
+        )
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        name = node.attr if isinstance(node, nodes.Getattr) else _constant(node.arg)
+        if isinstance(name, str) and name.startswith("_"):
+            return dsl_error(
+                "dsl.template.unsafe",
+                "reads {name}, which templates may not read (line {line})",
+                name=shown(name),
+                line=node.lineno,
+            )
+    return None
+
+
+def _constant(node: nodes.Node) -> object:
+    return node.value if isinstance(node, nodes.Const) else None
+
+
+def checked_template(source: str) -> str:
+    """A pydantic validator: the template, or its problem (located by the field)."""
+    problem = template_problem(source)
+    if problem is not None:
+        raise problem
+    return source
+
+
+JinjaSource = Annotated[str, AfterValidator(checked_template)]
 
 
 def render_jinja(

@@ -30,7 +30,7 @@ from nodes.config import (
     dsl_error,
     shown,
 )
-from nodes.jinja import render_jinja
+from nodes.jinja import checked_template, render_jinja
 from nodes.rendering import TextBudget
 from nodes.selectors import Selector, template_selectors
 from plugin_daemon_client.durations import DurationError, parse_duration
@@ -61,6 +61,14 @@ class PromptMessage(DslModel):
     text: str = ""
     edition_type: Literal["basic", "jinja2"] = "basic"
     jinja2_text: str | None = None
+
+    @model_validator(mode="after")
+    def _jinja_compiles(self) -> PromptMessage:
+        # Checked only where it is used: the editor keeps a stale jinja2_text
+        # around when a message is switched back to basic.
+        if self.edition_type == "jinja2":
+            checked_template(self.jinja2_text or "")
+        return self
 
 
 class Jinja2Variable(DslModel):

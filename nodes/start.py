@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from nodes.base import NodeContext, NodeResult, NodeRunError
-from nodes.config import BaseNodeData, DslModel
+from nodes.config import BaseNodeData, DslModel, dsl_error, shown
+from nodes.nesting import MAX_DEPTH, deeper_than
 from nodes.selectors import Selector
 
 TYPE = "start"
@@ -31,6 +33,20 @@ class InputVariable(DslModel):
 class Data(BaseNodeData):
     variables: list[InputVariable] = Field(default_factory=list)
 
+    @field_validator("variables")
+    @classmethod
+    def _unique(cls, variables: list[InputVariable]) -> list[InputVariable]:
+        seen: set[str] = set()
+        for variable in variables:
+            if variable.variable in seen:  # the second would silently replace the first
+                raise dsl_error(
+                    "dsl.start.duplicateVariable",
+                    "declares the input {name} more than once",
+                    name=shown(variable.variable),
+                )
+            seen.add(variable.variable)
+        return variables
+
 
 class InputError(NodeRunError):
     """The caller's inputs do not fit the start node's declaration (CLI exit 2)."""
@@ -50,17 +66,11 @@ def _coerce(spec: InputVariable, raw: Any) -> Any:
             "dsl.input.type",
             name=spec.variable,
             expected=expected,
-            got=repr(raw),
+            got=shown(raw),
         )
 
     if spec.type == "number":
-        if isinstance(raw, int | float) and not isinstance(raw, bool):
-            return raw
-        try:
-            number = float(str(raw))
-        except ValueError:
-            raise bad("a number") from None
-        return int(number) if number.is_integer() and "." not in str(raw) else number
+        return _number(spec, raw, bad)
     if spec.type == "checkbox":
         if isinstance(raw, bool):
             return raw
@@ -71,14 +81,11 @@ def _coerce(spec: InputVariable, raw: Any) -> Any:
             return False
         raise bad("true or false")
     if spec.type == "json_object":
-        value = raw
-        if isinstance(raw, str):
-            try:
-                value = json.loads(raw)
-            except ValueError:
-                raise bad("a JSON object") from None
+        value = _json(spec, raw, bad) if isinstance(raw, str) else raw
         if not isinstance(value, dict):
             raise bad("a JSON object")
+        if deeper_than(value):
+            raise InputError("dsl.input.tooDeep", name=spec.variable, limit=MAX_DEPTH)
         return value
     text = raw if isinstance(raw, str) else str(raw)
     if spec.type == "select" and spec.options and text not in spec.options:
@@ -90,6 +97,36 @@ def _coerce(spec: InputVariable, raw: Any) -> Any:
             max=spec.max_length,
         )
     return text
+
+
+def _number(spec: InputVariable, raw: Any, bad: Callable[[str], InputError]) -> int | float:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, float):
+        number = raw
+    else:
+        try:
+            number = float(str(raw))
+        except ValueError:
+            raise bad("a number") from None
+    if not math.isfinite(number):  # 1e999, inf, nan: not numbers a workflow can use (or print)
+        raise InputError("dsl.input.notFinite", name=spec.variable, got=shown(raw))
+    if isinstance(raw, float):
+        return raw
+    return int(number) if number.is_integer() and "." not in str(raw) else number
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(name)  # NaN and Infinity are not JSON
+
+
+def _json(spec: InputVariable, raw: str, bad: Callable[[str], InputError]) -> Any:
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant)
+    except ValueError:
+        raise bad("a JSON object") from None
+    except RecursionError:  # thousands of levels: the parser gives up before we can count
+        raise InputError("dsl.input.tooDeep", name=spec.variable, limit=MAX_DEPTH) from None
 
 
 def validate_inputs(data: Data, inputs: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from pydantic import Field
 
 from nodes.base import NodeContext, NodeResult
 from nodes.config import BaseNodeData, DslModel, SelectorField
-from nodes.jinja import render_jinja
+from nodes.jinja import JinjaSource, render_jinja
 from nodes.selectors import Selector
 
 TYPE = "template-transform"
@@ -19,7 +19,7 @@ class TemplateVariable(DslModel):
 
 
 class Data(BaseNodeData):
-    template: str = ""
+    template: JinjaSource = ""
     variables: list[TemplateVariable] = Field(default_factory=list)
 
 

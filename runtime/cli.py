@@ -1,9 +1,10 @@
-"""`firstgate run FLOW.yml --input KEY=VALUE ... [--models M.yaml] [--json] [--locale LOC]`
+"""`firstgate run FLOW.yml --input KEY=VALUE ... [--models M.yaml] [--json] [--locale LOC]
+[--max-run-time S] [--max-steps N]`
 and `firstgate validate FLOW.yml`.
 
-Exit codes: 0 succeeded or partially succeeded, 1 failed or aborted, 2 invalid
-input (a bad flow file, models file, or --input). User mistakes never print a
-traceback.
+Exit codes: 0 succeeded or partially succeeded, 1 failed or aborted (or the
+output pipe closed), 2 invalid input (a bad flow file, models file, --input
+or limit), 130 a second Ctrl-C. User mistakes never print a traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -18,9 +20,11 @@ from collections.abc import Iterator, Sequence
 
 import locales
 from locales.localized_error import LocalizedError
+from nodes.config import shown
 from nodes.start import InputError
 from runtime import events as ev
 from runtime.engine import WorkflowRun
+from runtime.limits import DEFAULT_MAX_RUN_SECONDS, DEFAULT_MAX_STEPS, LimitSettingError, RunLimits
 from runtime.loader import load_workflow
 from runtime.messages import render_error
 from runtime.problems import DslError
@@ -29,6 +33,7 @@ from runtime.settings import load_settings
 from runtime.terminal import HumanView, json_line
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 class BadInputArgError(LocalizedError):
@@ -40,7 +45,9 @@ def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise BadInputArgError(got=repr(pair))
+            raise BadInputArgError(got=shown(pair))
+        if key.strip() in inputs:  # the second would silently win
+            raise BadInputArgError("cli.repeatedInput", name=shown(key.strip()))
         inputs[key.strip()] = value
     return inputs
 
@@ -59,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", action="store_true", help="one JSON object per event per line")
     run.add_argument("--locale", help="language of messages (default: from LANG)")
+    _add_limit_arguments(run)
     validate = commands.add_parser("validate", help="check a workflow file and list every problem")
     validate.add_argument("flow")
     validate.add_argument("--locale")
@@ -71,6 +79,23 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("--models", "--settings", metavar="SETTINGS.yaml")
     index.add_argument("--locale")
     return parser
+
+
+def _add_limit_arguments(run: argparse.ArgumentParser) -> None:
+    run.add_argument(
+        "--max-run-time",
+        metavar="SECONDS",
+        help=f"stop the run after this long (default {DEFAULT_MAX_RUN_SECONDS:g}; 0: no limit)",
+    )
+    run.add_argument(
+        "--max-steps",
+        metavar="N",
+        help=f"stop the run after N node executions (default {DEFAULT_MAX_STEPS})",
+    )
+
+
+def _limits(args: argparse.Namespace) -> RunLimits:
+    return RunLimits.from_text(args.max_steps, args.max_run_time)
 
 
 def _invalid(error: BaseException, locale: str, as_json: bool) -> int:
@@ -126,21 +151,24 @@ def cmd_run(args: argparse.Namespace, locale: str) -> int:
     try:
         workflow = load_workflow(args.flow)
         settings = load_settings(args.models) if args.models else None
-        run = workflow.run(parse_inputs(args.input), settings=settings)
-    except (DslError, InputError, RouteError, BadInputArgError) as exc:
+        run = workflow.run(parse_inputs(args.input), settings=settings, limits=_limits(args))
+    except (DslError, InputError, RouteError, BadInputArgError, LimitSettingError) as exc:
         if isinstance(exc, DslError) and not args.json:
             # Headed with the file the problems are in: the models file's own name for its problems.
             return _invalid_file(exc, exc.source or args.flow, locale)
         return _invalid(exc, locale, args.json)
     view = None if args.json else HumanView(locale)
     final: ev.Event | None = None
-    with _ctrl_c_aborts(run):
-        for event in run:  # after an abort the run still reports how it ended
-            if view is None:
-                print(json_line(event), flush=True)
-            else:
-                view.show(event)
-            final = event
+    try:
+        with _ctrl_c_aborts(run):
+            for event in run:  # after an abort the run still reports how it ended
+                if view is None:
+                    print(json_line(event), flush=True)
+                else:
+                    view.show(event)
+                final = event
+    finally:
+        run.close()  # cut short (a closed pipe, a second Ctrl-C): streams and servers stop now
     if isinstance(final, ev.WorkflowSucceeded | ev.WorkflowPartialSucceeded):
         return EXIT_OK
     return EXIT_FAILED
@@ -211,11 +239,21 @@ def cmd_index(args: argparse.Namespace, locale: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
-    if args.command == "validate":
-        return cmd_validate(args.flow, locale)
-    if args.command == "index":
-        return cmd_index(args, locale)
-    return cmd_run(args, locale)
+    try:
+        if args.command == "validate":
+            return cmd_validate(args.flow, locale)
+        if args.command == "index":
+            return cmd_index(args, locale)
+        return cmd_run(args, locale)
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing more can be shown. Point stdout
+        # at /dev/null so that the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        # A second Ctrl-C (the first aborts the run and lets it report): stop now, quietly.
+        print(locales.t("cli.interrupted", locale), file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ class Edge(DslModel):
 
 
 class RawNode(DslModel):
-    id: TextId
+    id: TextId = Field(min_length=1)  # an empty id cannot be the end of an edge or a selector
     type: str = "custom"
     data: dict[str, Any] = Field(default_factory=dict)
 

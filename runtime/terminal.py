@@ -4,6 +4,7 @@ waiting line on a TTY, retry and error notes, then outputs and run stats."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 import time
@@ -75,7 +76,7 @@ class WaitingLine:
 
     def note(self, text: str) -> None:
         with self._lock:
-            self._note = text
+            self._note = terminal_safe(text)
 
     def clear(self) -> None:
         with self._lock:
@@ -129,7 +130,7 @@ class HumanView:
             self.waiting.clear()
         elif isinstance(event, ev.AnswerChunk):
             self.waiting.clear()
-            self.out.write(event.text)
+            self.out.write(terminal_safe(event.text))
             self.out.flush()
             self._streamed = True
         elif isinstance(event, ev.NodeRetry):
@@ -186,7 +187,7 @@ class HumanView:
         if self._streamed:
             self.out.write("\n")
             self._streamed = False
-        self.err.write(text + "\n")
+        self.err.write(terminal_safe(text) + "\n")
         self.err.flush()
 
     def _summary(self, event: ev.Event) -> None:
@@ -206,7 +207,7 @@ class HumanView:
                 locales.t("cli.tokensPerSecond", self.locale, rate=f"{self.stats.rate:.1f}")
             )
         lines.append(status_line(event, self.locale))
-        self.out.write("\n".join(lines) + "\n")
+        self.out.write(terminal_safe("\n".join(lines)) + "\n")
         self.out.flush()
 
 
@@ -241,4 +242,42 @@ def json_line(event: ev.Event) -> str:
     raw = event.to_dict()
     line: dict[str, Any] = {key: raw.pop(key, None) for key in _ENVELOPE}
     line["data"] = raw
-    return json.dumps(line, ensure_ascii=False, default=str)
+    return strict_json(line)
+
+
+def strict_json(value: Any) -> str:
+    """JSON that every parser reads: NaN and ±Infinity (which Python would write
+    as bare words) become null, as JavaScript's JSON.stringify writes them."""
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), ensure_ascii=False, default=str, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+# What a model (or any server) sends must not drive the terminal: escape
+# sequences could clear the screen, retitle the window, or rewrite what was
+# shown. C0 controls other than tab and newline become their visible symbols
+# (ESC is ␛), DEL and C1 controls and bidirectional overrides are spelled out,
+# and carriage returns are dropped. Only the human view does this; --json
+# carries the text exactly (JSON escapes controls itself).
+_NEUTRAL: dict[int, str | None] = {
+    **{code: chr(0x2400 + code) for code in range(0x20) if code not in (0x09, 0x0A)},
+    0x0D: None,
+    0x7F: "\u2421",
+    **{code: f"\\x{code:02x}" for code in range(0x80, 0xA0)},
+    **{code: f"\\u{code:04x}" for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},
+}
+
+
+def terminal_safe(text: str) -> str:
+    return text.translate(_NEUTRAL)

@@ -31,13 +31,11 @@ import yaml
 from yaml.nodes import ScalarNode
 
 from nodes.config import QUOTE_LIMIT, shown
+from nodes.nesting import MAX_DEPTH
 from runtime.problems import DslError, Problem, SourcePlace
 
 # Dify refuses DSL files over 10 MB before parsing them; so do we, for every YAML file.
 MAX_BYTES = 10 * 1024 * 1024
-# Dify's exports nest about 15 levels deep; 100 leaves room and keeps every
-# recursive consumer (pydantic, json, rendering) far from Python's stack limit.
-MAX_DEPTH = 100
 # How much aliases may add, in the unit of `_size`: about 1 MB of written-out YAML.
 MAX_ALIAS_GROWTH = 1_000_000
 # How much of a key or detail a message quotes.

@@ -97,7 +97,7 @@ def _milliseconds(value: Any) -> float | None:
                 "must be a number of milliseconds, got {got}",
                 got=shown(value),
             ) from None
-    return None if value is None else float(value)  # type: ignore[arg-type]
+    return None if value is None else float(value)
 
 
 def _off_if_false(value: Any) -> Any:

@@ -7,10 +7,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
 from plugin_daemon_client import LLMChunk, current_gate
 from runtime import RunLimits, load_workflow
 from runtime import events as ev
 from runtime.graph import EdgeDef
+from runtime.limits import LimitSettingError
 from runtime.scheduler import NodeState, Scheduler
 
 Reply = Callable[[list[dict[str, Any]]], Iterator[LLMChunk]]
@@ -343,3 +346,15 @@ def test_chunks_that_arrive_before_their_turn_are_buffered_not_lost() -> None:
     assert "".join(p.text for p in pieces) == "a1a2|b1b2b3"
     assert [p.text for p in pieces if p.from_node_id == "second"] == ["b1", "b2", "b3"]
     assert all(p.attempt == 1 for p in pieces if p.from_node_id)
+
+
+def test_run_limits_are_checked_where_they_are_made() -> None:
+    assert RunLimits(max_run_seconds=0).max_run_seconds is None  # 0: no time limit
+    assert RunLimits(max_run_seconds=2).max_run_seconds == 2.0
+    for bad in ({"max_steps": 0}, {"max_steps": 1.5}, {"max_steps": True}):
+        with pytest.raises(LimitSettingError):
+            RunLimits(**bad)  # type: ignore[arg-type]
+    for seconds in (-1, float("inf"), float("nan"), "10"):
+        with pytest.raises(LimitSettingError):
+            RunLimits(max_run_seconds=seconds)  # type: ignore[arg-type]
+    assert RunLimits.from_text("7", "0.5") == RunLimits(max_steps=7, max_run_seconds=0.5)

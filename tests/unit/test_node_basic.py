@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from nodes import answer, end, llm, start, template_transform, variable_aggregator
 from nodes.base import NodeContext, NodeRunError
@@ -104,9 +105,12 @@ def test_template_transform_renders_in_a_sandbox() -> None:
     assert template_transform.run(data, ctx({("s", "n"): "bo", ("s", "i"): [1, 2]})).outputs == {
         "output": "BO: 1,2"
     }
-    unsafe = template_transform.Data.model_validate(
-        {"type": "template-transform", "template": "{{ ''.__class__.__mro__[1].__subclasses__() }}"}
-    )
+    escape = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+    with pytest.raises(ValidationError) as refused:  # validation sees it (issue 12)
+        template_transform.Data.model_validate({"type": "template-transform", "template": escape})
+    assert refused.value.errors()[0]["type"] == "dsl.template.unsafe"
+    # ...and the sandbox still refuses it at run time, should validation be bypassed.
+    unsafe = template_transform.Data.model_construct(type="template-transform", template=escape)
     with pytest.raises(NodeRunError) as info:
         template_transform.run(unsafe, ctx())
     assert info.value.message_key == "dsl.node.templateError"
