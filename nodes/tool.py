@@ -20,8 +20,10 @@ Providers: `builtin` with a provider built in here (`time`, also under its
 plugin id `langgenius/time/time`) runs locally; any other `builtin` or
 `plugin` provider (`org/plugin/provider`) goes to the plugin daemon of the
 runtime settings; `mcp` names a server of `tools.mcp_servers` by its id.
-`api`, `workflow`, `app` and `dataset-retrieval` tools are defined in a Dify
-database, not in the export: such a node is refused at load time, by name.
+`api` tools run when the runtime settings name the provider's OpenAPI
+document (`tools.api_providers`), else they are refused at load time by
+name, as `workflow`, `app` and `dataset-retrieval` tools always are: those
+are defined in a Dify database, not in the export.
 Every call is bounded by `tools.timeout_s`; a failure is a typed error the
 node's retry and error strategy handle.
 """
@@ -33,9 +35,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from connectors import builtin_tools
+from connectors.api_tools import parse_openapi
 from connectors.tool_messages import MessageType, ToolMessage
 from nodes.base import ANY_OUTPUT, NodeContext, NodeResult, NodeRunError, VariableReader
 from nodes.base import render_selectors as render
@@ -50,7 +53,7 @@ SUPPORTS_RETRY = True
 InputType = Literal["mixed", "variable", "constant"]
 _INPUT_TYPES = ("mixed", "variable", "constant")
 # Tools whose definitions live in a Dify database, not in the export.
-_DATABASE_PROVIDERS = ("api", "workflow", "app", "dataset-retrieval")
+_DATABASE_PROVIDERS = ("workflow", "app", "dataset-retrieval")
 FIXED_OUTPUTS = frozenset({"text", "files", "json"})
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -135,8 +138,10 @@ class Data(BaseNodeData):
         return value
 
     @model_validator(mode="after")
-    def _provider_runs_here(self) -> Data:
+    def _provider_runs_here(self, info: ValidationInfo) -> Data:
         provider = self.provider_name or self.provider_id
+        if self.provider_type == "api":
+            return self._api_defined(provider, (info.context or {}).get("settings"))
         if self.provider_type in _DATABASE_PROVIDERS:
             raise dsl_error(
                 "dsl.tool.databaseProvider",
@@ -163,6 +168,30 @@ class Data(BaseNodeData):
                 "{builtin}); a plugin's tools are named org/plugin/provider",
                 provider=provider,
                 builtin=", ".join(sorted(builtin_tools.PROVIDERS)),
+            )
+        return self
+
+    def _api_defined(self, provider: str, settings: Any) -> Data:
+        """An `api` tool runs when the settings name its OpenAPI document."""
+        tools = getattr(settings, "tools", None)
+        spec = (getattr(tools, "api_providers", None) or {}).get(self.provider_id)
+        if spec is None:
+            raise dsl_error(
+                "dsl.tool.apiNeedsDefinition",
+                "the tool provider {provider} is a Dify api tool, defined in a Dify database "
+                "and not in the export: name its OpenAPI document in the runtime settings "
+                "(tools.api_providers.{id}) to run it",
+                provider=provider,
+                id=self.provider_id,
+            )
+        _, operations = parse_openapi(spec.document, self.provider_id)
+        if self.tool_name not in operations:
+            raise dsl_error(
+                "dsl.tool.unknownOperation",
+                "the OpenAPI document of {provider} has no operation {tool} (it has {tools})",
+                provider=provider,
+                tool=self.tool_name,
+                tools=", ".join(sorted(operations)) or "(none)",
             )
         return self
 
@@ -197,7 +226,7 @@ def output_names(data: Data) -> set[str]:
     properties = (data.output_schema or {}).get("properties")
     if isinstance(properties, Mapping):
         names.update(str(name) for name in properties)
-    if not data.runs_locally:
+    if data.provider_type != "api" and not data.runs_locally:
         names.add(ANY_OUTPUT)  # a plugin or MCP tool may set variables of its own
     return names
 

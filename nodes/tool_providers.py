@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from connectors.api_tools import ApiProvider
 from connectors.builtin_tools import BuiltinTool
 from connectors.guarded_http import CancelLike
 from connectors.hub import Connectors, env_value
@@ -151,12 +152,26 @@ class PluginProvider:
             ) from None
 
 
+class ApiToolProvider:
+    """An operation of an OpenAPI document the settings name (`tools.api_providers`)."""
+
+    def __init__(self, provider: ApiProvider) -> None:
+        self.provider = provider
+
+    def invoke(self, call: ToolCall) -> list[ToolMessage]:
+        return self.provider.call(
+            call.tool, call.arguments, timeout_s=call.timeout_s, cancel=call.cancel
+        )
+
+
 def provider_for(provider_type: str, provider_id: str, connectors: Connectors) -> ToolProvider:
     """The provider serving a tool node (the node's data was checked at load time)."""
     from connectors import builtin_tools
 
     if provider_type == "mcp":
         return McpProvider(connectors.mcp_server(provider_id))
+    if provider_type == "api":
+        return ApiToolProvider(connectors.api_provider(provider_id))
     local = builtin_tools.provider(provider_id)
     if provider_type == "builtin" and local is not None:
         return BuiltinProvider(provider_id, local)

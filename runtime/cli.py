@@ -70,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check a workflow file and list every problem")
     validate.add_argument("flow")
     validate.add_argument("--locale")
+    validate.add_argument(
+        "--models",
+        "--settings",
+        metavar="SETTINGS.yaml",
+        help="check against the runtime settings too (e.g. the definitions of api tools)",
+    )
     index = commands.add_parser(
         "index", help="build or update the local full-text index of a knowledge dataset"
     )
@@ -130,9 +136,10 @@ def _invalid_file(error: DslError, path: str, locale: str) -> int:
     return EXIT_INVALID
 
 
-def cmd_validate(flow: str, locale: str) -> int:
+def cmd_validate(flow: str, locale: str, models: str | None = None) -> int:
     try:
-        workflow = load_workflow(flow)
+        settings = load_settings(models) if models else None
+        workflow = load_workflow(flow, settings=settings)
     except DslError as exc:
         return _invalid_file(exc, exc.source or flow, locale)
     print(
@@ -149,8 +156,8 @@ def cmd_validate(flow: str, locale: str) -> int:
 
 def cmd_run(args: argparse.Namespace, locale: str) -> int:
     try:
-        workflow = load_workflow(args.flow)
         settings = load_settings(args.models) if args.models else None
+        workflow = load_workflow(args.flow, settings=settings)
         run = workflow.run(parse_inputs(args.input), settings=settings, limits=_limits(args))
     except (DslError, InputError, RouteError, BadInputArgError, LimitSettingError) as exc:
         if isinstance(exc, DslError) and not args.json:
@@ -241,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
     try:
         if args.command == "validate":
-            return cmd_validate(args.flow, locale)
+            return cmd_validate(args.flow, locale, args.models)
         if args.command == "index":
             return cmd_index(args, locale)
         return cmd_run(args, locale)

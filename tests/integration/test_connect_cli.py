@@ -83,6 +83,36 @@ def test_a_database_tool_export_is_refused_by_name_through_the_cli() -> None:
     assert "Weather API is a Dify api tool" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_an_api_tool_runs_once_the_settings_define_it(target: HttpTarget, tmp_path: Path) -> None:
+    flow = FLOWS / "tool_api_provider_refused.yml"
+    document = {
+        "openapi": "3.0.0",
+        "servers": [{"url": target.url}],
+        "paths": {
+            "/echo/{city}": {
+                "get": {
+                    "operationId": "getForecast",
+                    "parameters": [{"name": "city", "in": "path", "required": True}],
+                }
+            }
+        },
+    }
+    (tmp_path / "weather.json").write_text(json.dumps(document))
+    settings = {
+        "tools": {
+            "api_providers": {
+                "7c2d0a41-5a1e-4d9b-9b7e-2f5c1e0d3a11": {"openapi": str(tmp_path / "weather.json")}
+            }
+        }
+    }
+    (tmp_path / "settings.yaml").write_text(yaml.safe_dump(settings))
+    checked = firstgate("validate", str(flow), "--models", str(tmp_path / "settings.yaml"))
+    assert checked.returncode == 0, checked.stderr
+    code, events, text = run_json(flow, settings, tmp_path, "city=Oslo")
+    assert code == 0, text
+    assert json.loads(outputs(events)["forecast"])["path"] == "/echo/Oslo"
+
+
 def test_builtin_time_tools_through_the_cli(tmp_path: Path) -> None:
     code, events, _ = run_json(FLOWS / "tool_time_in_two_zones.yml", {}, tmp_path)
     assert code == 0
