@@ -76,7 +76,7 @@ def chain_document(length: int) -> dict[str, Any]:
                 node_id,
                 index,
                 {
-                    "template": "{{ arg1 }}.",
+                    "template": f"{{{{ arg1 }}}} (step {index}).",
                     "title": f"Template {index}",
                     "type": "template-transform",
                     "variables": [

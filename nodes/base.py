@@ -8,17 +8,25 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from locales.localized_error import LocalizedError
 from nodes.cancel import CancelToken
 from nodes.rendering import TextBudget, TextBuilder
 from nodes.selectors import Selector, TextSegment, parse_template
 
+# What nodes see of the routes (re-exported: the client layer owns them).
+from plugin_daemon_client.plan import ClientProvider as ClientProvider
+from plugin_daemon_client.plan import Clients as Clients
+from plugin_daemon_client.plan import RoutePlan as RoutePlan
+from plugin_daemon_client.plan import RoutePlanner as RoutePlanner
+from plugin_daemon_client.plan import RouteTarget as RouteTarget
+from plugin_daemon_client.plan import plan_for as plan_for
+
 if TYPE_CHECKING:
     from connectors.hub import Connectors
-    from plugin_daemon_client.fallback import BreakerBook, FallbackEvent, FallbackPolicy
-    from plugin_daemon_client.gate import Probe, WaitInfo
+    from plugin_daemon_client.fallback import FallbackEvent
+    from plugin_daemon_client.gate import WaitInfo
     from sandbox.executor import CodeExecutor
 
 # In a node's `output_names`: it may also set outputs not known at load time
@@ -35,74 +43,6 @@ class VariableReader(Protocol):
     def get(self, selector: Selector) -> Any:
         """The value at `selector`, or None when it was never set."""
         ...
-
-
-class LLMClientLike(Protocol):
-    def invoke_llm(
-        self,
-        *,
-        model: str,
-        messages: list[dict[str, Any]],
-        parameters: dict[str, Any],
-        stop: list[str] | None = None,
-    ) -> Any: ...
-
-
-class ClientProvider(Protocol):
-    def client_for(self, provider: str) -> LLMClientLike:
-        """The transport client for a DSL `model.provider` name."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class RouteTarget:
-    """One model route as an LLM node sees it: where to send, how to watch it."""
-
-    name: str
-    client: LLMClientLike
-    base_url: str | None = None
-    probe: Probe | None = None
-    # The route's `first_token_*` settings (models file), for the budget resolver.
-    budget_settings: Mapping[str, Any] = field(default_factory=dict)
-    allow_same_host_fallback: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class RoutePlan:
-    """The route of a provider and the fallback targets behind it, in order.
-
-    `warnings` are the fallback configuration warnings, handed out only with the
-    first plan of a route (per client provider) so that a run shows them once.
-    """
-
-    primary: RouteTarget
-    fallbacks: tuple[RouteTarget, ...] = ()
-    policy: FallbackPolicy | None = None
-    breakers: BreakerBook | None = None
-    warnings: tuple[FallbackEvent, ...] = ()
-
-    @property
-    def targets(self) -> tuple[RouteTarget, ...]:
-        return (self.primary, *self.fallbacks)
-
-
-@runtime_checkable
-class RoutePlanner(Protocol):
-    """Knows routes, probes and fallback chains (the runtime's `RouteClients`)."""
-
-    def plan_for(self, provider: str) -> RoutePlan: ...
-
-
-# What serves a run's LLM nodes: the runtime's routes, or an embedder's own clients.
-Clients = ClientProvider | RoutePlanner
-
-
-def plan_for(clients: Clients, provider: str) -> RoutePlan:
-    """The route plan for `provider`; a plain client provider gets a single target
-    with no probe and no route settings (the budget formula still applies)."""
-    if isinstance(clients, RoutePlanner):
-        return clients.plan_for(provider)
-    return RoutePlan(RouteTarget(provider, clients.client_for(provider)))
 
 
 class ChunkSink(Protocol):

@@ -18,6 +18,7 @@ Both use a Jinja2 `SandboxedEnvironment` with the same options.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -139,10 +140,32 @@ _LOADERS = {
 }
 
 
+# Text with only `{{ name }}` / `{{ name.field }}` substitutions (the common
+# template) cannot have any of the problems below: no need to parse it.
+_PLAIN_TEXT = r"(?:[^{]|\{(?![{%#]))*"
+_SIMPLE = re.compile(
+    rf"{_PLAIN_TEXT}(?:\{{\{{ *[A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z][A-Za-z0-9_]*)* *\}}\}}{_PLAIN_TEXT})*"
+)
+_OPERATORS = frozenset({"and", "or", "not", "in", "is", "if", "else"})
+_NAMES = re.compile(r"\{\{ *([A-Za-z0-9_.]+) *\}\}")
+
+
+def _simple(source: str) -> bool:
+    if not _SIMPLE.fullmatch(source):
+        return False
+    names = (part for name in _NAMES.findall(source) for part in name.split("."))
+    return not any(name in _OPERATORS for name in names)
+
+
 @lru_cache(maxsize=2048)
 def template_problem(source: str) -> PydanticCustomError | None:
     """What is wrong with a template that validation can see: its syntax, a
     construct that loads other templates, an attribute the sandbox refuses."""
+    return None if _simple(source) else parsed_problem(source)
+
+
+def parsed_problem(source: str) -> PydanticCustomError | None:
+    """`template_problem` by parsing, whatever the template."""
     try:
         tree = _ENV.parse(source)
     except TemplateSyntaxError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 from nodes import (
     answer,
@@ -15,6 +16,7 @@ from nodes import (
     if_else,
     knowledge_retrieval,
     llm,
+    question_classifier,
     start,
     template_transform,
     tool,
@@ -37,6 +39,10 @@ class NodeSpec:
     handles: Callable[[BaseNodeData], set[str]]
     # Runs code through `ctx.code_executor` (the runtime starts it with the run).
     uses_code_executor: bool = False
+    # A branch node's handles under the default-value strategy (None: the success edges).
+    default_handles: Callable[[BaseNodeData, dict[str, Any]], frozenset[str]] | None = None
+    # The DSL `model.provider` names it calls (their routes are checked before the run).
+    model_providers: Callable[[BaseNodeData], set[str]] = lambda data: set()
 
 
 def _spec(module: ModuleType) -> NodeSpec:
@@ -49,6 +55,8 @@ def _spec(module: ModuleType) -> NodeSpec:
         supports_retry=module.SUPPORTS_RETRY,
         handles=getattr(module, "handles", lambda data: {SUCCESS_HANDLE}),
         uses_code_executor=getattr(module, "USES_CODE_EXECUTOR", False),
+        default_handles=getattr(module, "default_handles", None),
+        model_providers=getattr(module, "model_providers", lambda data: set()),
     )
 
 
@@ -59,6 +67,7 @@ NODE_TYPES: dict[str, NodeSpec] = {
         end,
         answer,
         llm,
+        question_classifier,
         if_else,
         template_transform,
         variable_aggregator,

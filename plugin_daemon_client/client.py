@@ -37,8 +37,8 @@ from .errors import (
 )
 from .gate import Gate, GateTripped, current_gate
 from .protocols import PROTOCOLS, ChatCall, Endpoint, StreamDecoder, WireProtocol
-from .protocols.base import Item, TruncatedFrame
-from .protocols.frames import Frame, FrameError, Usage
+from .protocols.base import Item, ToolSpec, TruncatedFrame
+from .protocols.frames import BODY_STARTED, Frame, FrameError, ToolCallDelta, Usage
 from .protocols.request import PreparedRequest
 from .redaction import MIN_SECRET_CHARS, Redactor, ServerText
 from .sse import DEFAULT_MAX_LINE_BYTES, SSEViolation
@@ -88,6 +88,7 @@ class LLMChunk:
     reasoning: str = ""
     finish_reason: str | None = None
     usage: Usage | None = None
+    tool_calls: tuple[ToolCallDelta, ...] = ()
 
 
 def _endpoint(
@@ -169,28 +170,45 @@ class LLMClient:
         *,
         provider: str | None = None,
         credentials: dict[str, Any] | None = None,
+        tools: Iterable[ToolSpec] = (),
+        tool_choice: str | None = None,
+        json_schema: dict[str, Any] | None = None,
+        stream: bool = True,
     ) -> Iterator[LLMChunk]:
         """Yield chunks as they arrive; raise one typed `FirstGateError` on failure.
 
         Deadlines come from the gate open in the caller's context
         (`first_token_gate`); without one, a gate without deadlines still keeps
-        the progress that errors report.
+        the progress that errors report. `stream=False` asks for one JSON body:
+        its first byte ends the first-token wait, the stream cap bounds the rest,
+        and it arrives as one chunk.
         """
-        call = ChatCall(model, messages, parameters or {}, stop, provider, credentials)
+        call = ChatCall(
+            model,
+            messages,
+            parameters or {},
+            stop,
+            provider,
+            credentials,
+            tuple(tools),
+            tool_choice,
+            json_schema,
+            stream,
+        )
         request = self.protocol.request(call)
         # Without a gate in the context the reads are plain; a private gate
         # object still keeps the progress that errors report.
         gate = current_gate() or Gate(GateBudgets())
-        yield from one_exit(self._stream(request, gate), gate, request.url, self._redactor)
+        yield from one_exit(self._stream(request, gate, stream), gate, request.url, self._redactor)
 
-    def _stream(self, request: PreparedRequest, gate: Gate) -> Iterator[LLMChunk]:
+    def _stream(self, request: PreparedRequest, gate: Gate, stream: bool) -> Iterator[LLMChunk]:
         body = json.dumps(request.body).encode()
         with self._http.stream("POST", request.url, headers=request.headers, content=body) as resp:
             status = resp.status_code
             if not 200 <= status < 300:
                 raise self._status_error(resp, gate)
             content_type = resp.headers.get("content-type", "")
-            decoder = self.protocol.decoder(self._max_line)
+            decoder = self.protocol.decoder(self._max_line, stream=stream)
             finished = ended = False
             received = 0
             for raw in resp.iter_bytes():
@@ -232,6 +250,9 @@ class LLMClient:
                     yield LLMChunk(text)
                     continue
                 assert isinstance(item, Frame)
+                if item is BODY_STARTED:
+                    gate.note_first_content()
+                    continue
                 if item.done:
                     if texts:
                         yield self._chunk(texts, gate)
@@ -263,7 +284,9 @@ class LLMClient:
             gate.note_tokens(1, frame.text)  # raises if the gate already ended the stream
         elif not (frame.finish_reason or frame.usage):
             return None  # role-only deltas, progress frames: nothing to deliver
-        return LLMChunk(frame.text, frame.reasoning, frame.finish_reason, frame.usage)
+        return LLMChunk(
+            frame.text, frame.reasoning, frame.finish_reason, frame.usage, frame.tool_calls
+        )
 
     def _check_clean_end(self, gate: Gate, finished: bool) -> None:
         # A clean EOF after our own abort is that abort, never an empty success.

@@ -226,6 +226,14 @@ class Gate:
             self.progress.bytes_received += count
             self._last_byte = self._clock()
 
+    def note_first_content(self) -> None:
+        """A non-streamed reply's body began: the first-token deadline is met
+        (the stream cap and the attempt cap still bound the rest)."""
+        with self._lock:
+            if self._tripped is not None:
+                raise GateTripped(self._tripped)
+            self._first_token_deadline = None
+
     def note_tokens(self, count: int, text: str) -> None:
         """`count` content tokens arrived (their joined text): the first ends the
         first-token phase.

@@ -48,7 +48,9 @@ def apply_strategy(node: NodeDef, exc: Exception, attempt: int) -> Outcome:
         )
     if strategy == "default-value":
         outputs = {d.key: d.value for d in node.data.default_value} | error_outputs(exc)
-        return Outcome(Status.EXCEPTION, attempt, outputs, None, exc, strategy)
+        choose = node.spec.default_handles
+        handles = choose(node.data, outputs) if choose is not None else None
+        return Outcome(Status.EXCEPTION, attempt, outputs, handles, exc, strategy)
     return Outcome(Status.FAILED, attempt, {}, None, exc)
 
 

@@ -9,13 +9,13 @@ import threading
 from collections.abc import Iterable
 from contextlib import ExitStack
 
-from nodes.base import RoutePlan, RouteTarget
 from plugin_daemon_client import LLMClient
 from plugin_daemon_client.fallback import (
     DEFAULT_BREAKER_COOLDOWN_S,
     FallbackEvent,
     FallbackPolicy,
 )
+from plugin_daemon_client.plan import RoutePlan, RouteTarget
 from plugin_daemon_client.probes import DEFAULT_PROBE_TIMEOUT_S, make_probe
 from plugin_daemon_client.protocols import OpenAICompatible
 from runtime.breakers import RouteBreakers, shared_breakers
@@ -144,6 +144,7 @@ class RouteClients:
             probe=probe,
             budget_settings=route.budget_settings(),
             allow_same_host_fallback=route.allow_same_host_fallback,
+            json_schema=route.takes_json_schema,
         )
 
     def close(self) -> None:

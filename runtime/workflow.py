@@ -34,11 +34,12 @@ class Workflow:
         return self.graph.nodes[self.graph.start_id]
 
     def llm_providers(self) -> set[str]:
-        """Providers of the LLM nodes the run can reach."""
+        """Providers of the model-calling nodes the run can reach."""
         return {
-            n.data.model.provider  # type: ignore[attr-defined]
+            provider
             for n in self.graph.nodes.values()
-            if n.type == "llm" and n.id in self.graph.reachable
+            if n.id in self.graph.reachable
+            for provider in n.spec.model_providers(n.data)
         }
 
     def uses_code_executor(self) -> bool:

@@ -1,17 +1,20 @@
-"""One sandbox worker process, seen from the runtime: start it, hand it jobs,
-cancel a job, stop it.
+"""One sandbox worker process, seen from the runtime: start it, run jobs in
+the job processes it forks, stop it.
 
 The worker (`sandbox/worker/zygote.py`) runs `python -I` with the scrubbed
 environment of `confinement.BASE_ENV`, in a fresh temporary directory, in a
 session of its own (a terminal's Ctrl-C reaches the runtime, which aborts the
 run, not the worker). It talks over a socket pair with length-prefixed JSON
-frames. Its answers are untrusted: every read has a size cap and a deadline.
+frames, and hands over each job process it forks as a `Channel` (the job
+process's socket and a pidfd). The runtime sends the job and reads the
+result directly, with the job's deadline and the result's size cap, and ends
+the process through its pidfd. Everything the worker and its job processes
+send is untrusted: every read has a size cap and a deadline.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import shutil
 import signal
@@ -20,6 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +33,8 @@ from sandbox.executor import Cancellable
 from sandbox.worker import framing
 
 ZYGOTE = str(Path(__file__).resolve().parent / "worker" / "zygote.py")
-# The worker enforces the job's timeout itself; this is how much later the
-# runtime gives up on the worker as a whole.
+# How much longer than a job's timeout the runtime waits for the worker itself
+# (a job process to hand out, how one ended) before it calls the worker broken.
 GRACE_S = 2.0
 
 
@@ -62,8 +66,33 @@ class WorkerConfig:
     # Options of the Jinja2 environment template jobs use: the worker builds one
     # ahead (its lexer is cached) so a template job only compiles its template.
     jinja_options: dict[str, Any] | None = None
-    max_job_bytes: int = 64 * 1024 * 1024
     start_timeout_s: float = 30.0
+
+
+@dataclass
+class Channel:
+    """A job process as the runtime holds it: its end of the process's socket and
+    a pidfd (a kill through it cannot hit a reused pid)."""
+
+    pid: int
+    sock: socket.socket
+    pidfd: int
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(OSError):
+            os.close(self.pidfd)
+
+
+# Limits a job process reports by kind (it does not know their values).
+_LIMIT_OF = {"memory": "memory_mb", "open_files": "open_files"}
+# More announced job processes than this is a worker misbehaving.
+_MAX_CHANNELS = 8
 
 
 class WorkerBroken(Exception):
@@ -74,15 +103,14 @@ class WorkerTimeout(WorkerBroken):
     pass
 
 
-_job_ids = itertools.count(1)
-
-
 class WorkerProcess:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.base_dir = tempfile.mkdtemp(prefix="firstgate-sandbox-")
         self.isolation: dict[str, Any] = {}
         self._send_lock = threading.Lock()
+        self._spare: deque[Channel] = deque()  # Python/Jinja2 job processes, forked ahead
+        self._spawned: deque[Channel] = deque()  # Node.js ones, forked on request
         ours, theirs = socket.socketpair()
         self._sock = ours
         try:
@@ -124,12 +152,11 @@ class WorkerProcess:
                 "jinja_options": config.jinja_options,
                 "limits": config.limits.as_frame(),
                 "node": config.node,
-                "max_frame_bytes": config.max_job_bytes,
             },
         )
         deadline = time.monotonic() + config.start_timeout_s
         try:
-            ready = framing.receive(self._sock, 1 << 16, deadline)
+            ready = self._control(deadline)
         except framing.FrameError as exc:
             raise CodeRuntimeUnavailableError(
                 "errors.code.workerStart", detail=f"{exc}. {self._log_tail()}".strip()
@@ -157,33 +184,123 @@ class WorkerProcess:
         lines = data.decode("utf-8", "replace").strip().splitlines()
         return lines[-1] if lines else ""
 
-    def run(self, job: dict[str, Any], cancel: Cancellable | None) -> dict[str, Any]:
-        """Send one job and wait for its answer (the worker enforces the timeout;
-        this waits that long plus a grace before calling the worker broken)."""
-        job_id = next(_job_ids)
-        limits = self.config.limits
-        cap = limits.output_bytes * 6 + 65536  # JSON escapes may grow the result
-        try:
+    # ---- job processes: the worker forks them, the runtime talks to them directly
+
+    def _read_one(self, deadline: float) -> dict[str, Any] | None:
+        """The worker's next frame; None when it was an announcement (a job
+        process's channel and pidfd), which is kept for `_take`."""
+        message, fds = framing.receive_with_fds(self._sock, 1 << 16, deadline)
+        if not isinstance(message, dict):
+            raise framing.FrameError(f"not an object: {message!r}"[:200])
+        kind = "warm" if "warm" in message else "node" if "node" in message else None
+        if kind is None:
+            for fd in fds:
+                os.close(fd)
+            return message
+        if len(fds) != 2 or len(self._spare) + len(self._spawned) >= _MAX_CHANNELS:
+            for fd in fds:
+                os.close(fd)
+            raise framing.FrameError(f"bad announcement {message!r}"[:200])
+        channel = Channel(int(message[kind]), socket.socket(fileno=fds[0]), fds[1])
+        (self._spawned if kind == "node" else self._spare).append(channel)
+        return None
+
+    def _control(self, deadline: float) -> dict[str, Any]:
+        """The worker's next frame that is not an announcement."""
+        while True:
+            message = self._read_one(deadline)
+            if message is not None:
+                return message
+
+    def _take(self, node: bool, deadline: float) -> Channel:
+        if node:
             with self._send_lock:
-                framing.send(self._sock, {**job, "id": job_id})
-            deadline = time.monotonic() + limits.wall_s + GRACE_S
-            attached = cancel.attached(lambda _reason: self._cancel(job_id)) if cancel else None
-            with attached or contextlib.nullcontext():
-                while True:
-                    answer = framing.receive(self._sock, cap, deadline)
-                    if isinstance(answer, dict) and answer.get("id") == job_id:
-                        return answer
+                framing.send(self._sock, {"spawn": "node"})
+        spares = self._spawned if node else self._spare
+        while not spares:
+            if self._read_one(deadline) is not None:
+                raise framing.FrameError("an answer nobody asked for")
+        return spares.popleft()
+
+    def _release(self, channel: Channel) -> None:
+        channel.close()
+        with contextlib.suppress(OSError), self._send_lock:
+            framing.send(self._sock, {"release": channel.pid})
+
+    def _ended(self, channel: Channel, deadline: float) -> dict[str, Any]:
+        """Ask the worker how a job process that sent no result ended."""
+        with self._send_lock:
+            framing.send(self._sock, {"status": channel.pid})
+        while True:
+            message = self._control(deadline)
+            if message.get("ended") == channel.pid and isinstance(message.get("answer"), dict):
+                return message["answer"]
+
+    def run(self, job: dict[str, Any], cancel: Cancellable | None) -> dict[str, Any]:
+        """Hand one job to a job process of this worker and wait for its answer.
+
+        The runtime holds the deadline (`wall_s`) and the size cap of the answer
+        itself and ends the process through its pidfd when either is passed, or
+        on a cancel. A process that closes its channel without an answer is
+        classified by the worker (signal, limits, standard error).
+        """
+        limits = self.config.limits
+        grace = time.monotonic() + limits.wall_s + GRACE_S
+        try:
+            channel = self._take(job.get("language") == "javascript", grace)
         except framing.FrameTimeout:
-            raise WorkerTimeout("the worker did not answer in time") from None
+            raise WorkerTimeout("the worker did not provide a job process in time") from None
         except (framing.FrameError, OSError) as exc:
             raise WorkerBroken(str(exc)) from None
+        cancelled = threading.Event()
 
-    def _cancel(self, job_id: int) -> None:
-        with contextlib.suppress(OSError), self._send_lock:
-            framing.send(self._sock, {"cancel": job_id})
+        def on_cancel(_reason: str) -> None:
+            cancelled.set()
+            channel.kill()
+
+        try:
+            with cancel.attached(on_cancel) if cancel else contextlib.nullcontext():
+                answer = self._talk(channel, job)
+                if answer is not None:
+                    return answer
+            if cancelled.is_set():
+                return {"status": "error", "kind": "cancelled"}
+            try:
+                return self._ended(channel, grace + GRACE_S)
+            except framing.FrameTimeout:
+                raise WorkerTimeout("the worker did not say how a job ended") from None
+            except (framing.FrameError, OSError) as exc:
+                raise WorkerBroken(str(exc)) from None
+        finally:
+            self._release(channel)
+
+    def _talk(self, channel: Channel, job: dict[str, Any]) -> dict[str, Any] | None:
+        """The job's answer, an answer for a limit the runtime enforced, or None
+        when the process went away without one."""
+        limits = self.config.limits
+        with contextlib.suppress(OSError):  # if it died already, its status says how
+            framing.send(channel.sock, job)
+        deadline = time.monotonic() + limits.wall_s
+        try:
+            answer = framing.receive(channel.sock, limits.output_bytes, deadline)
+        except framing.FrameTimeout:  # the release that follows ends the process
+            return {"status": "error", "kind": "timeout", "limit": limits.wall_s}
+        except framing.FrameTooLarge:
+            return {"status": "error", "kind": "output", "limit": limits.output_bytes}
+        except (framing.FrameError, OSError):
+            return None
+        if isinstance(answer, dict) and answer.get("status") in ("ok", "error"):
+            if answer.get("kind") in _LIMIT_OF:
+                answer["limit"] = getattr(limits, _LIMIT_OF[answer["kind"]])
+            return answer
+        return None
 
     def stop(self, grace_s: float = 0.5) -> None:
         """Close the pipe (the worker exits on its own), then make sure of it."""
+        for channel in [*self._spare, *self._spawned]:
+            channel.close()
+        self._spare.clear()
+        self._spawned.clear()
         with contextlib.suppress(OSError):
             self._sock.close()
         try:

@@ -5,7 +5,7 @@ Adding a protocol is one module here and one line in `PROTOCOLS`.
 
 from __future__ import annotations
 
-from .base import ChatCall, Endpoint, StreamDecoder, WireProtocol
+from .base import ChatCall, Endpoint, StreamDecoder, ToolSpec, WireProtocol
 from .openai_compatible import OpenAICompatible
 from .plugin_daemon import PluginDaemon
 
@@ -21,5 +21,6 @@ __all__ = [
     "OpenAICompatible",
     "PluginDaemon",
     "StreamDecoder",
+    "ToolSpec",
     "WireProtocol",
 ]

@@ -40,8 +40,24 @@ class Endpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function the model may call: its name, what it does, and a JSON schema
+    of its arguments (protocol-neutral; each protocol spells it its own way)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class ChatCall:
-    """One streamed chat completion, as a node asks for it."""
+    """One chat completion, as a node asks for it.
+
+    Messages are OpenAI-shaped (`role`, `content`; an assistant message may
+    carry `tool_calls`, a `tool` message answers one by `tool_call_id`).
+    `json_schema` asks the server to answer with JSON of that schema (the
+    response format); `stream=False` asks for one JSON body instead of a stream.
+    """
 
     model: str
     messages: list[dict[str, Any]]
@@ -49,6 +65,10 @@ class ChatCall:
     stop: list[str] | None = None
     provider: str | None = None
     credentials: dict[str, Any] | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: str | None = None  # "auto", "required", "none"; None: the server's default
+    json_schema: dict[str, Any] | None = None
+    stream: bool = True
 
 
 class StreamDecoder(ABC):
@@ -81,6 +101,10 @@ class WireProtocol(ABC):
     # The liveness probe a route of this protocol gets by default: `auto` where
     # the server doing the work answers the probe, `off` where it cannot.
     default_probe: ClassVar[str] = "auto"
+    # Whether a route of this protocol takes a JSON schema as the response format
+    # by default (a route's `json_schema` setting overrides it): where it does not,
+    # a schema goes into the prompt.
+    default_json_schema: ClassVar[bool] = True
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -94,4 +118,6 @@ class WireProtocol(ABC):
     ) -> InvokeError: ...
 
     @abstractmethod
-    def decoder(self, max_line_bytes: int) -> StreamDecoder: ...
+    def decoder(self, max_line_bytes: int, *, stream: bool = True) -> StreamDecoder:
+        """A fresh decoder for one response; `stream=False`: the call asked for
+        one JSON body (a protocol that always streams ignores it)."""

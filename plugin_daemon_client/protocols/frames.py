@@ -28,18 +28,32 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a tool call the model makes. Streamed OpenAI calls arrive in
+    pieces that share an `index` (id and name first, then the arguments' text
+    bit by bit); a call without an index is whole (non-streamed replies, the
+    plugin daemon)."""
+
+    index: int | None = None
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Frame:
-    """One decoded frame. `text`/`reasoning` non-empty means a content token."""
+    """One decoded frame. Text, reasoning or a tool call means a content token."""
 
     text: str = ""
     reasoning: str = ""
     finish_reason: str | None = None
     usage: Usage | None = None
     done: bool = False  # the protocol's explicit end marker (`data: [DONE]`)
+    tool_calls: tuple[ToolCallDelta, ...] = ()
 
     @property
     def is_token(self) -> bool:
-        return bool(self.text or self.reasoning)
+        return bool(self.text or self.reasoning or self.tool_calls)
 
 
 class FrameError(Exception):
@@ -52,3 +66,6 @@ class FrameError(Exception):
 
 
 DONE = Frame(done=True)
+# A non-streamed reply's body began: its first byte is the "first token" (the
+# gate's first-token deadline bounds the wait for it, the stream cap the rest).
+BODY_STARTED = Frame()

@@ -11,7 +11,8 @@ from typing import Any
 from ..errors import InvokeError, invoke_error_for_status
 from ..redaction import ServerText
 from .base import ChatCall, Item, StreamDecoder, WireProtocol
-from .frames import DONE, Frame, FrameError, Usage
+from .frames import DONE, Frame, FrameError, ToolCallDelta, Usage
+from .json_body import JsonBody
 from .request import PreparedRequest
 from .sse_stream import SSEStream, item_of
 
@@ -29,12 +30,34 @@ class OpenAICompatible(WireProtocol):
             **call.parameters,
             "model": call.model,
             "messages": call.messages,
-            "stream": True,
+            "stream": call.stream,
         }
-        body.setdefault("stream_options", {"include_usage": True})
+        if call.stream:
+            body.setdefault("stream_options", {"include_usage": True})
+        else:
+            body.pop("stream_options", None)
         if call.stop:
             body["stop"] = call.stop
-        headers = {"Accept": "text/event-stream"}
+        if call.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                }
+                for tool in call.tools
+            ]
+            if call.tool_choice:
+                body["tool_choice"] = call.tool_choice
+        if call.json_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": call.json_schema},
+            }
+        headers = {"Accept": "text/event-stream" if call.stream else "application/json"}
         if self.endpoint.api_key:
             headers["Authorization"] = f"Bearer {self.endpoint.api_key}"
         url = f"{self.endpoint.base_url.rstrip('/')}/chat/completions"
@@ -47,8 +70,8 @@ class OpenAICompatible(WireProtocol):
             doc = body
         return error_from_body(status, doc, retry_after_s=retry_after_s)
 
-    def decoder(self, max_line_bytes: int) -> StreamDecoder:
-        return OpenAIStream(max_line_bytes)
+    def decoder(self, max_line_bytes: int, *, stream: bool = True) -> StreamDecoder:
+        return OpenAIStream(max_line_bytes) if stream else JsonBody(decode_completion)
 
 
 # --- the hot path ------------------------------------------------------------
@@ -272,16 +295,62 @@ def decode(payload: bytes) -> Frame:
     choice = choices[0]
     if not isinstance(choice, dict):
         raise FrameError("choice is not an object", payload)
-    delta = choice.get("delta") or {}
-    if not isinstance(delta, dict):
-        raise FrameError("delta is not an object", payload)
-    text = delta.get("content") or ""
-    reasoning = delta.get("reasoning_content") or ""
+    return _message_frame(choice, "delta", usage, payload)
+
+
+def decode_completion(body: bytes) -> Frame:
+    """A whole non-streamed `chat.completion` as one frame."""
+    try:
+        doc = json.loads(body.decode("utf-8", "replace"))
+    except (ValueError, RecursionError) as exc:
+        raise FrameError("not JSON", body) from exc
+    if not isinstance(doc, dict):
+        raise FrameError("not a JSON object", body)
+    if "error" in doc and doc["error"]:
+        raise error_from_body(_status_of(doc["error"]), doc)
+    choices = doc.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise FrameError("no choices", body)
+    return _message_frame(choices[0], "message", Usage.from_mapping(doc.get("usage")), body)
+
+
+def _message_frame(choice: dict[str, Any], key: str, usage: Usage | None, raw: bytes) -> Frame:
+    """A choice's `delta` (streamed) or `message` (whole reply) as a frame."""
+    message = choice.get(key) or {}
+    if not isinstance(message, dict):
+        raise FrameError(f"{key} is not an object", raw)
+    text = message.get("content") or ""
+    reasoning = message.get("reasoning_content") or ""
     if not isinstance(text, str) or not isinstance(reasoning, str):
-        raise FrameError("content is not a string", payload)
+        raise FrameError("content is not a string", raw)
+    calls = message.get("tool_calls")
     return Frame(
-        text=text, reasoning=reasoning, finish_reason=choice.get("finish_reason"), usage=usage
+        text=text,
+        reasoning=reasoning,
+        finish_reason=choice.get("finish_reason"),
+        usage=usage,
+        tool_calls=tool_calls(calls, raw) if calls else (),
     )
+
+
+def tool_calls(calls: object, raw: bytes) -> tuple[ToolCallDelta, ...]:
+    if not isinstance(calls, list):
+        raise FrameError("tool_calls is not a list", raw)
+    found: list[ToolCallDelta] = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise FrameError("a tool call without a function", raw)
+        index, call_id = call.get("index"), call.get("id") or ""
+        name, arguments = function.get("name") or "", function.get("arguments") or ""
+        if isinstance(arguments, dict):  # some servers send the arguments as an object
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        if not (isinstance(call_id, str) and isinstance(name, str) and isinstance(arguments, str)):
+            raise FrameError("a tool call field is not a string", raw)
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+            raise FrameError("a tool call index is not a number", raw)
+        found.append(ToolCallDelta(index, call_id, name, arguments))
+    return tuple(found)
 
 
 def _status_of(error: object) -> int:

@@ -18,6 +18,7 @@ from ..redaction import ServerText
 from .base import ChatCall, Endpoint, StreamDecoder, WireProtocol
 from .frames import Frame, FrameError, Usage
 from .openai_compatible import error_from_body
+from .openai_compatible import tool_calls as whole_tool_calls
 from .request import PreparedRequest
 from .sse_stream import SSEStream
 
@@ -28,6 +29,9 @@ class PluginDaemon(WireProtocol):
     kind = "plugin-daemon"
     # The daemon's host is not the server doing the work: a probe cannot see it.
     default_probe = "off"
+    # Whether a model plugin takes a schema depends on the model: Dify asks
+    # the model's schema; a route that knows says `json_schema: true`.
+    default_json_schema = False
 
     def __init__(self, endpoint: Endpoint) -> None:
         if not endpoint.tenant_id:
@@ -41,6 +45,14 @@ class PluginDaemon(WireProtocol):
             headers["X-Api-Key"] = endpoint.api_key
         if endpoint.plugin_id:
             headers["X-Plugin-ID"] = endpoint.plugin_id
+        parameters = dict(call.parameters)
+        if call.json_schema is not None:
+            # How Dify hands a schema to a model plugin that supports structured output.
+            parameters["response_format"] = "json_schema"
+            parameters["json_schema"] = json.dumps(
+                {"schema": call.json_schema, "name": "llm_response"}, ensure_ascii=False
+            )
+        # The daemon always streams: a non-streamed call is the same stream, collected.
         body = {
             "user_id": endpoint.user_id,
             "data": {
@@ -49,9 +61,12 @@ class PluginDaemon(WireProtocol):
                 "model": call.model,
                 "credentials": call.credentials or {},
                 "prompt_messages": call.messages,
-                "model_parameters": call.parameters,
+                "model_parameters": parameters,
                 "stop": call.stop or [],
-                "tools": [],
+                "tools": [
+                    {"name": t.name, "description": t.description, "parameters": t.parameters}
+                    for t in call.tools
+                ],
                 "stream": True,
             },
         }
@@ -61,7 +76,7 @@ class PluginDaemon(WireProtocol):
     def status_error(self, status: int, body: bytes, *, retry_after_s: float | None) -> InvokeError:
         return error_from_status(status, body, retry_after_s=retry_after_s)
 
-    def decoder(self, max_line_bytes: int) -> StreamDecoder:
+    def decoder(self, max_line_bytes: int, *, stream: bool = True) -> StreamDecoder:
         return SSEStream(decode, max_line_bytes)
 
 
@@ -100,10 +115,13 @@ def decode(payload: bytes) -> Frame:
         text = _text_of(message.get("content") if isinstance(message, dict) else None)
     except TypeError as exc:
         raise FrameError(str(exc), payload) from exc
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
     return Frame(
         text=text,
         finish_reason=delta.get("finish_reason"),
         usage=Usage.from_mapping(delta.get("usage")),
+        # Dify's model plugins hand out whole calls (no index): each is complete.
+        tool_calls=whole_tool_calls(calls, payload) if calls else (),
     )
 
 

@@ -13,7 +13,9 @@ _DATA = b"data:"
 
 def item_of(frame: Frame) -> Item:
     """A plain content token travels as its text; anything else as the frame."""
-    if frame.text and not (frame.reasoning or frame.finish_reason or frame.usage or frame.done):
+    if frame.text and not (
+        frame.reasoning or frame.finish_reason or frame.usage or frame.done or frame.tool_calls
+    ):
         return frame.text
     return frame
 

@@ -133,6 +133,9 @@ class ProviderRoute(DslModel):
     swap_attempt_timeout_ms_by_target: dict[str, MillisecondsSetting] = Field(default_factory=dict)
     swap_attempt_timeout_ms_max: MillisecondsSetting = None
     swap_total_budget_ms: MillisecondsSetting = None
+    # The server takes a JSON schema as the response format (structured output,
+    # classifier and extractor answers); None: the kind's default.
+    json_schema: bool | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -176,6 +179,13 @@ class ProviderRoute(DslModel):
             return self.probe
         protocol = PROTOCOLS.get(self.kind)
         return protocol.default_probe if protocol is not None else "auto"
+
+    @property
+    def takes_json_schema(self) -> bool:
+        if self.json_schema is not None:
+            return self.json_schema
+        protocol = PROTOCOLS.get(self.kind)
+        return protocol.default_json_schema if protocol is not None else True
 
     def budget_settings(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in ROUTE_KEYS if getattr(self, key) is not None}

@@ -5,7 +5,9 @@ Stdlib only: used by the sandbox worker and by the runtime's side of the pipe.
 
 from __future__ import annotations
 
+import array
 import json
+import os
 import socket
 import struct
 import time
@@ -26,6 +28,10 @@ class FrameTimeout(FrameError):
     """No complete frame before the deadline."""
 
 
+class FrameTooLarge(FrameError):
+    """The frame's header announces more than the reader accepts; nothing more was read."""
+
+
 def encode(message: Any) -> bytes:
     body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return _HEADER.pack(len(body)) + body
@@ -35,9 +41,12 @@ def send(sock: socket.socket, message: Any) -> None:
     sock.sendall(encode(message))
 
 
-def _read_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
+def _read_exact(
+    sock: socket.socket, size: int, deadline: float | None, fds: list[int] | None = None
+) -> bytes:
+    """`size` bytes; with `fds`, read with recvmsg and collect passed descriptors
+    (a plain read would silently close them)."""
+    parts: list[bytes] = []
     got = 0
     while got < size:
         if deadline is not None:
@@ -46,23 +55,59 @@ def _read_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes
                 raise FrameTimeout("no complete frame before the deadline")
             sock.settimeout(remaining)
         try:
-            count = sock.recv_into(view[got:], size - got)
+            if fds is None:
+                chunk = sock.recv(size - got)
+            else:
+                chunk, ancillary, _, _ = sock.recvmsg(size - got, _ANCILLARY)
+                fds.extend(_descriptors(ancillary))
         except TimeoutError:
             raise FrameTimeout("no complete frame before the deadline") from None
         except ConnectionError as exc:
             raise PeerClosed(f"the connection broke: {exc}") from None
-        if count == 0:
+        if not chunk:
             raise PeerClosed("the other side closed the connection")
-        got += count
-    return bytes(buffer)
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+_MAX_FDS = 4
+_ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
+
+
+def _descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    found = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            found.frombytes(data[: len(data) - len(data) % found.itemsize])
+    return list(found)
 
 
 def receive(sock: socket.socket, max_bytes: int, deadline: float | None = None) -> Any:
     """One frame; `deadline` is a time.monotonic() instant (None: wait for ever)."""
-    (size,) = _HEADER.unpack(_read_exact(sock, _HEADER.size, deadline))
+    return _receive(sock, max_bytes, deadline, None)
+
+
+def receive_with_fds(
+    sock: socket.socket, max_bytes: int, deadline: float | None = None
+) -> tuple[Any, list[int]]:
+    """One frame and the descriptors passed with it (the caller owns them)."""
+    fds: list[int] = []
+    try:
+        return _receive(sock, max_bytes, deadline, fds), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _receive(
+    sock: socket.socket, max_bytes: int, deadline: float | None, fds: list[int] | None
+) -> Any:
+    (size,) = _HEADER.unpack(_read_exact(sock, _HEADER.size, deadline, fds))
     if size > max_bytes:
-        raise FrameError(f"frame of {size} bytes is larger than the limit of {max_bytes}")
-    body = _read_exact(sock, size, deadline)
+        raise FrameTooLarge(f"frame of {size} bytes is larger than the limit of {max_bytes}")
+    body = _read_exact(sock, size, deadline, fds)
     try:
         return json.loads(body)
     except ValueError as exc:

@@ -2,10 +2,12 @@
 the process, then the user's Python code, a Jinja2 template, or an exec of
 Node.js with the JavaScript runner.
 
-Stdlib only (plus Jinja2 for template jobs). The result is one JSON object
-written to RESULT_FD: {"status": "ok", "result": {...}} or
-{"status": "error", "kind": ..., ...}; the worker classifies everything else
-(signals, exit codes) itself.
+Stdlib only (plus Jinja2 for template jobs). The process talks to the runtime
+directly over CHANNEL_FD, a socket the worker hands the runtime: one
+length-prefixed JSON job in, one length-prefixed JSON result out,
+{"status": "ok", "result": {...}} or {"status": "error", "kind": ..., ...}.
+Its standard error goes to a file in its directory; the worker reads the tail
+when the runtime asks how a process that sent no result ended.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from typing import Any
 
 import seccomp
 
-RESULT_FD = 3
-JOB_FD = 4
+CHANNEL_FD = 3
+STDERR_FILE = "stderr"
 _PR_SET_PDEATHSIG = 1
 _LENGTH = struct.Struct(">I")
 
@@ -55,20 +57,20 @@ class SandboxViolation(PermissionError):
 # ---- the process
 
 
-def prepare(config: dict[str, Any], job_dir: str, keep: dict[int, int], *, for_node: bool) -> None:
+def prepare(config: dict[str, Any], job_dir: str, channel: int, *, for_node: bool) -> None:
     """Descriptors, directory, environment and limits of a fresh job process.
 
-    `keep` maps the descriptors to keep onto the numbers they must have; every
-    other inherited descriptor (the worker's socket to the runtime above all)
-    is closed.
+    The channel becomes CHANNEL_FD; every other inherited descriptor (the
+    worker's socket to the runtime above all) is closed.
     """
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the worker died: so do we
     null = os.open(os.devnull, os.O_RDWR)
-    moved = {target: os.dup(source) for target, source in keep.items()}  # no clobbering
-    for target, source in [(0, null), (1, null), *moved.items()]:
+    stderr = os.open(os.path.join(job_dir, STDERR_FILE), os.O_WRONLY | os.O_CREAT, 0o600)
+    moved = os.dup(channel)  # may not land on 0-2 (they are open): never clobbered below
+    for target, source in ((0, null), (1, null), (2, stderr), (CHANNEL_FD, moved)):
         os.dup2(source, target)
-    os.closerange(max(keep) + 1, 1 << 16)
+    os.closerange(CHANNEL_FD + 1, 1 << 16)
     os.chdir(job_dir)
     # The worker's environment is already the scrubbed one it was started with.
     os.environ.update({"HOME": job_dir, "TMPDIR": job_dir})
@@ -119,10 +121,10 @@ def write_result(result: dict[str, Any]) -> None:
     except (TypeError, ValueError) as exc:
         frame = {"status": "error", "kind": "not_json", "detail": str(exc)[:500]}
         data = json.dumps(frame).encode("utf-8")
-    view = memoryview(data)
+    view = memoryview(_LENGTH.pack(len(data)) + data)
     while view:
-        view = view[os.write(RESULT_FD, view) :]
-    os.close(RESULT_FD)  # end of the result: the worker answers at once
+        view = view[os.write(CHANNEL_FD, view) :]
+    os.close(CHANNEL_FD)
 
 
 # ---- Python and Jinja2
@@ -207,14 +209,21 @@ def run_jinja(job: dict[str, Any]) -> dict[str, Any]:
         return {"status": "error", "kind": "exception", **describe(exc)}
 
 
-def serve_warm(config: dict[str, Any], job_dir: str, job_r: int, out_w: int, err_w: int) -> None:
-    """A pre-forked job process: confined before its job exists, then waits for it."""
+def serve(config: dict[str, Any], job_dir: str, channel: int, *, for_node: bool) -> None:
+    """A job process forked ahead: confined before its job exists, then it waits
+    for the job on its channel (Node.js reads the job itself, after the exec)."""
     code = 70
     try:
-        prepare(config, job_dir, {2: err_w, RESULT_FD: out_w, JOB_FD: job_r}, for_node=False)
-        job = read_job(JOB_FD)
-        os.close(JOB_FD)
-        if job["language"] == "jinja2":
+        if for_node:
+            # Written before the limits apply: the file-size limit is for the user's code.
+            with open(os.path.join(job_dir, "runner.js"), "w", encoding="utf-8") as fh:
+                fh.write(NODE_RUNNER)
+        prepare(config, job_dir, channel, for_node=for_node)
+        if for_node:
+            exec_node(config)
+        rehearse()
+        job = read_job(CHANNEL_FD)
+        if job.get("language") == "jinja2":
             result = run_jinja(job)
         else:
             result = run_python(job, bool(config["network"]))
@@ -227,32 +236,18 @@ def serve_warm(config: dict[str, Any], job_dir: str, job_r: int, out_w: int, err
         os._exit(code)
 
 
-# ---- JavaScript
+def rehearse() -> None:
+    """Walk the path a job takes once before the job comes: a fresh fork copies
+    each page it first writes to (reference counts), and those copies are better
+    made while waiting than while the runtime waits."""
+    namespace: dict[str, Any] = {"__name__": "__rehearsal__", "__builtins__": builtins}
+    exec(compile("def main(a):\n    return {'b': [a, str(a)]}\n", "<rehearsal>", "exec"), namespace)
+    json.dumps({"status": "ok", "result": namespace["main"](**json.loads('{"a": 1}'))})
 
 
-def serve_node(
-    config: dict[str, Any], job: dict[str, Any], job_dir: str, out_w: int, err_w: int
-) -> None:
-    """A job process for JavaScript: writes the job for the runner, confines
-    itself and becomes Node.js (the filters and limits carry over the exec)."""
-    code = 70
-    try:
-        node = config.get("node")
-        if not node:
-            os.dup2(out_w, RESULT_FD)
-            write_result({"status": "error", "kind": "runtime_missing", "runtime": "Node.js"})
-            os._exit(0)
-        # Written before the limits apply: the file-size limit is for the user's code.
-        with open(os.path.join(job_dir, "job.json"), "w", encoding="utf-8") as fh:
-            json.dump({"code": job["code"], "inputs": job["inputs"]}, fh, ensure_ascii=False)
-        with open(os.path.join(job_dir, "runner.js"), "w", encoding="utf-8") as fh:
-            fh.write(NODE_RUNNER)
-        prepare(config, job_dir, {2: err_w, RESULT_FD: out_w}, for_node=True)
-        heap = max(16, int(config["limits"]["memory_mb"]) // 2)
-        env = dict(os.environ) | {"FIRSTGATE_NETWORK": str(int(bool(config["network"])))}
-        os.execve(node, [node, f"--max-old-space-size={heap}", "runner.js"], env)
-    except BaseException:  # noqa: BLE001 - nothing may escape into the worker's loop
-        with contextlib.suppress(BaseException):
-            traceback.print_exc()
-    finally:
-        os._exit(code)
+def exec_node(config: dict[str, Any]) -> None:
+    """Become Node.js running the JavaScript runner (filters and limits carry over)."""
+    node = config["node"]
+    heap = max(16, int(config["limits"]["memory_mb"]) // 2)
+    env = dict(os.environ) | {"FIRSTGATE_NETWORK": str(int(bool(config["network"])))}
+    os.execve(node, [node, f"--max-old-space-size={heap}", "runner.js"], env)

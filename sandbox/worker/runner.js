@@ -1,12 +1,13 @@
 // The JavaScript side of a code-node job: runs as the sandbox job's process,
 // after the worker has set its limits and installed its seccomp filter.
-// Reads job.json ({code, inputs}) from the job directory, calls main(inputs)
-// (awaiting it when it returns a promise) and writes one JSON result to fd 3.
+// Reads one length-prefixed JSON job ({code, inputs}) from fd 3, calls
+// main(inputs) (awaiting it when it returns a promise) and writes one
+// length-prefixed JSON result back to fd 3.
 'use strict';
 const fs = require('fs');
 const vm = require('vm');
 
-const RESULT_FD = 3;
+const CHANNEL_FD = 3;
 const network = process.env.FIRSTGATE_NETWORK === '1';
 const PROCESS_MODULES = new Set(['child_process', 'cluster', 'worker_threads']);
 const NETWORK_MODULES = new Set(['net', 'http', 'https', 'http2', 'tls', 'dgram', 'dns', 'inspector']);
@@ -28,6 +29,17 @@ function guardedRequire(name) {
   return require(name);
 }
 
+function readExact(size) {
+  const buffer = Buffer.alloc(size);
+  let offset = 0;
+  while (offset < size) {
+    const count = fs.readSync(CHANNEL_FD, buffer, offset, size - offset, null);
+    if (count === 0) throw new Error('the job channel closed');
+    offset += count;
+  }
+  return buffer;
+}
+
 function write(frame) {
   let text;
   try {
@@ -35,7 +47,12 @@ function write(frame) {
   } catch (error) {
     text = JSON.stringify({ status: 'error', kind: 'not_json', detail: String(error.message).slice(0, 500) });
   }
-  fs.writeSync(RESULT_FD, text);
+  const body = Buffer.from(text === undefined ? 'null' : text, 'utf8');
+  const header = Buffer.alloc(4);
+  header.writeUInt32BE(body.length, 0);
+  const data = Buffer.concat([header, body]);
+  let offset = 0;
+  while (offset < data.length) offset += fs.writeSync(CHANNEL_FD, data, offset, data.length - offset);
 }
 
 function failure(error) {
@@ -60,7 +77,7 @@ function finish(frame) {
 }
 
 async function run() {
-  const job = JSON.parse(fs.readFileSync('job.json', 'utf8'));
+  const job = JSON.parse(readExact(readExact(4).readUInt32BE(0)).toString('utf8'));
   globalThis.require = guardedRequire;
   if (!network) {
     globalThis.fetch = () => { throw new SandboxViolation('network', 'fetch'); };

@@ -4,9 +4,9 @@ Stdlib only: this module runs inside the sandbox worker before any user code.
 
 Two filters stack (the kernel runs both on every system call):
 
-- `base_rules`, installed once by the worker process itself: no sockets (so no
-  network of any kind, including Unix sockets reachable by path such as a
-  database's or Docker's), no io_uring (its operations would bypass this very
+- `base_rules`, installed once by the worker process itself: no `socket` (so
+  no network of any kind, including Unix sockets reachable by path such as a
+  database's or Docker's; `socketpair` stays, it reaches nothing), no io_uring (its operations would bypass this very
   filter), no ptrace or cross-process memory access, no mounts, namespaces,
   kernel modules, keyrings, BPF, clock or host changes.
 - `job_rules`, installed in each job's process after the fork: no new
@@ -122,7 +122,9 @@ _NUMBERS: dict[str, tuple[int | None, int | None]] = {
 
 _ARCHES = {"x86_64": (0xC000003E, 0), "aarch64": (0xC00000B7, 1)}
 
-_NETWORK = ("socket", "socketpair")
+# socketpair(2) makes only a connected local pair (the worker hands one end of
+# each to the runtime): nothing it could reach the network with.
+_NETWORK = ("socket",)
 _HOST = (
     "io_uring_setup", "io_uring_enter", "io_uring_register",
     "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd",

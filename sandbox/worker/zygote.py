@@ -1,5 +1,5 @@
-"""The sandbox worker: a pre-started process that runs every job in a fresh,
-confined process of its own.
+"""The sandbox worker: a pre-started process that forks every job a fresh,
+confined process of its own and hands it to the runtime.
 
 Stdlib only (plus Jinja2 for template jobs when the interpreter has it). The
 runtime starts it as `python -I zygote.py FD` with a scrubbed environment in a
@@ -10,14 +10,17 @@ temporary directory of its own; FD is its end of a socket pair to the runtime.
    root), no_new_privs, Landlock (file-system allow-list) and the base seccomp
    filter (no sockets, no io_uring, no ptrace, ...). It answers with a `ready`
    frame that reports which layers are in force.
-2. It keeps one job process forked ahead ("warm"): already in its own job
-   directory, with its resource limits and the job seccomp filter (no new
-   processes, signals only to itself), waiting for a job on a pipe. A Python
-   or Jinja2 job goes to the warm process; a JavaScript job forks a process
-   that becomes Node.js. The worker reads at most the output cap from the
-   result pipe, enforces the wall-clock timeout, answers with one frame, then
-   reaps the process, removes its directory and forks the next warm one.
-   A `cancel` frame during a job kills the job's process at once.
+2. It keeps WARM_AHEAD job processes forked ahead. Each gets a directory and a
+   socket pair of its own, sets its resource limits, installs the job seccomp
+   filter (no new processes, signals only to itself) and waits for its job on
+   its end of the pair. The worker hands the other end, and a pidfd, to the
+   runtime (an announcement with SCM_RIGHTS): from there the runtime sends the
+   job and reads the result itself, holding the deadline and the size cap, and
+   ends the process through the pidfd when one is passed or on a cancel.
+3. The runtime asks the worker three things: `release` (done with a process:
+   it is killed, reaped and its directory removed, while no request waits),
+   `status` (how a process that closed its channel without a result ended: by
+   signal, limit or crash) and `spawn` (a Node.js process, forked on request).
 
 No job ever runs in the worker itself, and no process runs two jobs, so no
 state of one job can reach the next.
@@ -28,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import json
+import gc
 import os
 import select
 import shutil
@@ -37,9 +40,7 @@ import socket
 import struct
 import sys
 import tempfile
-import time
-from collections import deque
-from collections.abc import Callable
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,9 @@ import landlock  # noqa: E402
 import seccomp  # noqa: E402
 
 STDERR_TAIL = 4096
-WARM_AHEAD = 2
+WARM_AHEAD = 3
+# How long a job process that closed its channel may take to exit before it is killed.
+GRACE_S = 2.0
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -133,152 +136,37 @@ def preload(config: dict[str, Any]) -> None:
 class Child:
     pid: int
     job_dir: str
-    out_r: int
-    err_r: int
-    job_w: int | None = None  # warm processes read their job from here
+    pidfd: int
+    node: bool
+    answer: dict[str, Any] | None = None  # how it ended, once asked and reaped
 
 
-def fork_child(
-    sock: socket.socket,
-    config: dict[str, Any],
-    serve: Callable[[str, int, int, int | None], None],
-    *,
-    job_pipe: bool,
-) -> Child:
-    """Fork a job process that runs `serve(job_dir, out_w, err_w, job_r)` and never returns."""
+def fork_job_process(sock: socket.socket, config: dict[str, Any], *, node: bool) -> None:
+    """Fork a confined job process and hand the runtime its channel and a pidfd.
+
+    The announcement is `{"warm": pid}` (Python and Jinja2) or `{"node": pid}`,
+    sent with two descriptors: the runtime's end of the channel, and a pidfd
+    the runtime signals to end the process (no pid can be reused under it).
+    """
     job_dir = tempfile.mkdtemp(prefix="job-", dir=config["base_dir"])
-    job_r, job_w = os.pipe() if job_pipe else (None, None)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+    ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:
         sock.close()
-        serve(job_dir, out_w, err_w, job_r)
-    for fd in (job_r, out_w, err_w):
-        if fd is not None:
-            os.close(fd)
-    return Child(pid, job_dir, out_r, err_r, job_w)
-
-
-def fork_warm(sock: socket.socket, config: dict[str, Any]) -> Child:
-    def serve(job_dir: str, out_w: int, err_w: int, job_r: int | None) -> None:
-        assert job_r is not None
-        job_process.serve_warm(config, job_dir, job_r, out_w, err_w)
-
-    return fork_child(sock, config, serve, job_pipe=True)
-
-
-def fork_node(sock: socket.socket, config: dict[str, Any], job: dict[str, Any]) -> Child:
-    def serve(job_dir: str, out_w: int, err_w: int, _job_r: int | None) -> None:
-        job_process.serve_node(config, job, job_dir, out_w, err_w)
-
-    return fork_child(sock, config, serve, job_pipe=False)
-
-
-def hand_over(child: Child, job: dict[str, Any]) -> bool:
-    """Send the job to a warm process; False when it is gone."""
-    assert child.job_w is not None
-    body = json.dumps(job, ensure_ascii=False).encode("utf-8")
+        ours.close()
+        job_process.serve(config, job_dir, theirs.fileno(), for_node=node)  # never returns
+    theirs.close()
+    child = Child(pid, job_dir, os.pidfd_open(pid), node)
+    CHILDREN[pid] = child
     try:
-        view = memoryview(_LENGTH.pack(len(body)) + body)
-        while view:
-            view = view[os.write(child.job_w, view) :]
-        return True
-    except OSError:
-        return False
+        frame = framing.encode({"node" if node else "warm": pid})
+        socket.send_fds(sock, [frame], [ours.fileno(), child.pidfd])
     finally:
-        os.close(child.job_w)
-        child.job_w = None
+        ours.close()
 
 
-def supervise(
-    sock: socket.socket, child: Child, job: dict[str, Any], limits: dict[str, Any]
-) -> tuple[dict[str, Any], bool]:
-    """Watch one job to its end; returns (the answer, whether the runtime is gone)."""
-    deadline = time.monotonic() + float(limits["wall_s"])
-    cap = int(limits["output_bytes"])
-    pidfd = os.pidfd_open(child.pid)
-    output = bytearray()
-    stderr = bytearray()
-    verdict: str | None = None  # set when we end the job ourselves
-    status: int | None = None
-    usage = None
-    try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                verdict = "timeout"
-                break
-            watch = [child.out_r, child.err_r, sock, pidfd]
-            ready, _, _ = select.select(watch, [], [], remaining)
-            if sock in ready:
-                message = _control(sock)
-                if message is None:
-                    verdict = "orphaned"
-                    break
-                if message.get("cancel") == job.get("id"):
-                    verdict = "cancelled"
-                    break
-            if child.err_r in ready:
-                stderr += os.read(child.err_r, 65536)
-                del stderr[:-STDERR_TAIL]
-            if child.out_r in ready:
-                chunk = os.read(child.out_r, 65536)
-                output += chunk
-                if len(output) > cap:
-                    verdict = "output"
-                    break
-                if not chunk:
-                    result = _result(output)
-                    if result is not None:
-                        # Complete: answer now; the process is ended and reaped after.
-                        return _finish_result(result, limits), False
-                    child.out_r = _closed(child.out_r)
-            if pidfd in ready:
-                _, status, usage = os.wait4(child.pid, 0)
-                break
-    finally:
-        os.close(pidfd)
-    if status is None:
-        kill(child.pid)
-        _, status, usage = os.wait4(child.pid, 0)
-        child.pid = 0
-    else:
-        child.pid = 0
-        with contextlib.suppress(OSError):  # what it wrote just before it died
-            output += os.read(child.out_r, cap + 1 - len(output)) if child.out_r >= 0 else b""
-            stderr += os.read(child.err_r, 65536)
-    cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
-    answer = classify(
-        verdict, status, bytes(output), stderr.decode("utf-8", "replace"), limits, cpu
-    )
-    return answer, verdict == "orphaned"
-
-
-def _closed(fd: int) -> int:
-    # A pipe at EOF stays readable for ever: swap it for one that never is.
-    os.close(fd)
-    read_end, write_end = os.pipe()
-    os.close(write_end)
-    return read_end
-
-
-def _control(sock: socket.socket) -> dict[str, Any] | None:
-    try:
-        message = framing.receive(sock, 4096)
-    except framing.FrameError:
-        return None
-    return message if isinstance(message, dict) else {}
-
-
-def _result(output: bytearray) -> dict[str, Any] | None:
-    if not output:
-        return None
-    try:
-        result = json.loads(output.decode("utf-8"))
-    except ValueError:
-        return None
-    return result if isinstance(result, dict) and "status" in result else None
+# Announced job processes the runtime has not released yet, by pid.
+CHILDREN: dict[int, Child] = {}
 
 
 def kill(pid: int) -> None:
@@ -287,15 +175,31 @@ def kill(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def classify(
-    verdict: str | None, status: int, output: bytes, stderr: str, limits: dict, cpu: float
-) -> dict[str, Any]:
-    if verdict == "timeout":
-        return {"status": "error", "kind": "timeout", "limit": limits["wall_s"]}
-    if verdict == "output":
-        return {"status": "error", "kind": "output", "limit": limits["output_bytes"]}
-    if verdict is not None:
-        return {"status": "error", "kind": verdict}
+def ended(child: Child, limits: dict[str, Any]) -> dict[str, Any]:
+    """How a job process that sent no result ended: waits for it (a little), reaps
+    it, and classifies its exit by signal, resource use and standard error."""
+    if child.answer is not None:
+        return child.answer
+    ready, _, _ = select.select([child.pidfd], [], [], GRACE_S)
+    if not ready:
+        kill(child.pid)
+    _, status, usage = os.wait4(child.pid, 0)
+    cpu = usage.ru_utime + usage.ru_stime
+    child.answer = classify(status, _stderr_tail(child.job_dir), limits, cpu)
+    return child.answer
+
+
+def _stderr_tail(job_dir: str) -> str:
+    try:
+        with open(os.path.join(job_dir, job_process.STDERR_FILE), "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - STDERR_TAIL))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def classify(status: int, stderr: str, limits: dict[str, Any], cpu: float) -> dict[str, Any]:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= float(limits["cpu_s"])):
@@ -304,9 +208,6 @@ def classify(
             return {"status": "error", "kind": "file_size", "limit": limits["file_size_mb"]}
     if "heap out of memory" in stderr or "MemoryError" in stderr:
         return {"status": "error", "kind": "memory", "limit": limits["memory_mb"]}
-    result = _result(bytearray(output))
-    if result is not None:
-        return _finish_result(result, limits)
     if os.WIFSIGNALED(status):
         how = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
     else:
@@ -314,25 +215,13 @@ def classify(
     return {"status": "error", "kind": "crashed", "detail": how, "stderr": stderr[-1000:]}
 
 
-_LIMIT_OF = {"memory": "memory_mb", "open_files": "open_files"}
-
-
-def _finish_result(result: dict[str, Any], limits: dict[str, Any]) -> dict[str, Any]:
-    setting = _LIMIT_OF.get(str(result.get("kind")))
-    if setting is not None:
-        result["limit"] = limits[setting]
-    return result
-
-
 def cleanup(child: Child) -> None:
-    if child.pid > 0:
+    if child.answer is None:
         kill(child.pid)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(child.pid, 0)
-    for fd in (child.out_r, child.err_r, child.job_w):
-        if fd is not None and fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    with contextlib.suppress(OSError):
+        os.close(child.pidfd)
 
     def unlock(function: Any, failed: str, _exc: Any) -> None:
         # A job may leave a directory without permissions; we own it, so open it up.
@@ -344,64 +233,58 @@ def cleanup(child: Child) -> None:
     shutil.rmtree(child.job_dir, onerror=unlock)
 
 
-def run_one(
-    sock: socket.socket, config: dict[str, Any], warm: Child, job: dict[str, Any]
-) -> tuple[dict[str, Any], bool, bool]:
-    """(answer, runtime gone, warm process used)."""
-    if job.get("language") == "javascript":
-        child, used_warm = fork_node(sock, config, job), False
-    else:
-        child, used_warm = warm, True
-        if not hand_over(child, job):
-            return {"status": "error", "kind": "crashed", "detail": "job process gone"}, False, True
-    try:
-        answer, gone = supervise(sock, child, job, config["limits"])
-    finally:
-        if not used_warm:
-            cleanup(child)
-    return answer, gone, used_warm
+# ---- the loop
 
 
 def serve(sock: socket.socket, config: dict[str, Any]) -> int:
-    max_frame = int(config["max_frame_bytes"])
-    # Two forked ahead: the one after next confines itself while the next job runs,
-    # so back-to-back jobs never wait for a fork.
-    warm = deque(fork_warm(sock, config) for _ in range(WARM_AHEAD))
-    dying: list[Child] = []  # killed job processes, reaped while idle
+    """Answer the runtime's requests: `release` a job process it is done with,
+    `status` of one that sent no result, `spawn` a Node.js one. Between them,
+    keep WARM_AHEAD Python processes forked ahead and reap released ones."""
+    limits = config["limits"]
+    dying: list[Child] = []
     try:
         while True:
-            _tidy(sock, dying)
+            _idle_work(sock, config, dying)
             try:
-                job = framing.receive(sock, max_frame)
+                request = framing.receive(sock, 4096)
             except framing.FrameError:
                 return 0  # the runtime went away (or spoke nonsense): stop
-            if not isinstance(job, dict) or "language" not in job or "cancel" in job:
-                continue  # a cancel that arrived after its job ended
-            answer, gone, used_warm = run_one(sock, config, warm[0], job)
-            answer["id"] = job.get("id")
-            try:
-                framing.send(sock, answer)
-            except OSError:
-                return 0
-            if gone:
-                return 0
-            if used_warm:
-                used = warm.popleft()
-                kill(used.pid)
-                dying.append(used)
-                warm.append(fork_warm(sock, config))
+            if not isinstance(request, dict):
+                continue
+            if "release" in request:
+                child = CHILDREN.pop(int(request["release"]), None)
+                if child is not None:
+                    if child.answer is None:  # not reaped: its pid is still its own
+                        kill(child.pid)
+                    dying.append(child)
+            elif "status" in request:
+                child = CHILDREN.get(int(request["status"]))
+                answer = ended(child, limits) if child else {"status": "error", "kind": "crashed"}
+                framing.send(sock, {"ended": request["status"], "answer": answer})
+            elif request.get("spawn") == "node" and config.get("node"):
+                fork_job_process(sock, config, node=True)
+    except OSError:
+        traceback.print_exc()  # into the worker's log; the runtime replaces the worker
+        return 1
     finally:
-        for child in [*warm, *dying]:
+        for child in [*CHILDREN.values(), *dying]:
             cleanup(child)
 
 
-def _tidy(sock: socket.socket, dying: list[Child]) -> None:
-    """Reap finished job processes and remove their directories while no job waits
-    (a dying process takes milliseconds to tear down: off the next job's path)."""
-    while dying:
+def _idle_work(sock: socket.socket, config: dict[str, Any], dying: list[Child]) -> None:
+    """Fork Python job processes ahead (up to WARM_AHEAD unreleased ones) and reap
+    released ones (a teardown takes milliseconds), one step at a time, until a
+    request arrives; a backlog of more than a few is reaped regardless."""
+    while True:
+        warm = sum(1 for child in CHILDREN.values() if not child.node)
+        if warm >= WARM_AHEAD and not dying:
+            return
         if len(dying) <= 4 and select.select([sock], [], [], 0)[0]:
             return
-        cleanup(dying.pop(0))
+        if warm < WARM_AHEAD:
+            fork_job_process(sock, config, node=False)
+        else:
+            cleanup(dying.pop(0))
 
 
 def main() -> int:
@@ -412,6 +295,9 @@ def main() -> int:
     except framing.FrameError:
         return 2
     preload(config)
+    # Everything imported so far is shared with every job process: keep the
+    # collector from touching (and so copying) it in each of them.
+    gc.freeze()
     report = confine(config)
     framing.send(sock, {"ready": True, "pid": os.getpid(), "isolation": report})
     return serve(sock, config)

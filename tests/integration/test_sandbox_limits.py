@@ -26,7 +26,7 @@ from sandbox.errors import (
     CodeTimeoutError,
 )
 from sandbox.process_pool import ProcessSandbox
-from tests.integration.sandbox_support import HAS_NODE, SMALL, small_sandbox
+from tests.integration.sandbox_support import CPU_BOUND, HAS_NODE, SMALL, small_sandbox
 
 ADD = "def main(a: int) -> dict:\n    return {'b': a + 1}\n"
 
@@ -50,14 +50,27 @@ def test_a_plain_job_runs_and_reports_its_isolation(pool: ProcessSandbox) -> Non
         assert isolation["capabilities_dropped"] is True
 
 
-def test_infinite_loop_hits_the_cpu_limit(pool: ProcessSandbox) -> None:
-    with pytest.raises(CodeTimeoutError) as caught:
-        pool.execute("python3", "def main():\n    while True:\n        pass\n", {})
-    assert caught.value.message_key == "errors.code.cpuLimit"
-    still_runs(pool)
+def test_infinite_loop_hits_the_cpu_limit() -> None:
+    with small_sandbox(workers=1, limits=CPU_BOUND) as pool:
+        with pytest.raises(CodeTimeoutError) as caught:
+            pool.execute("python3", "def main():\n    while True:\n        pass\n", {})
+        assert caught.value.message_key == "errors.code.cpuLimit"
+        still_runs(pool)
 
 
-def test_sleeping_job_hits_the_wall_clock_timeout(pool: ProcessSandbox) -> None:
+def test_sleeping_job_hits_the_wall_clock_timeout(
+    pool: ProcessSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox.worker_process import WorkerProcess
+
+    released: list[int] = []
+    real_release = WorkerProcess._release
+
+    def recording(self: WorkerProcess, channel: object) -> None:
+        released.append(channel.pid)  # type: ignore[attr-defined]
+        real_release(self, channel)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(WorkerProcess, "_release", recording)
     code = "import time\ndef main():\n    time.sleep(60)\n"
     workers = {w.pid for w in pool._workers}
     started = time.monotonic()
@@ -65,9 +78,17 @@ def test_sleeping_job_hits_the_wall_clock_timeout(pool: ProcessSandbox) -> None:
         pool.execute("python3", code, {})
     assert caught.value.message_key == "errors.code.timeout"
     assert time.monotonic() - started < 30  # the timeout, not the sleep, ended it
-    # The worker ended the job itself; the runtime did not have to give up on it.
+    # The job's process was ended; the worker itself is fine and stays.
     assert {w.pid for w in pool._workers} == workers
     still_runs(pool)
+    for _ in range(100):
+        try:
+            os.kill(released[0], 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the timed-out job's process is still there")
 
 
 def test_fork_bomb_cannot_start_a_single_process(pool: ProcessSandbox) -> None:
@@ -573,7 +594,7 @@ pool = ProcessSandbox(ProcessSandboxConfig(workers=1, limits=SandboxLimits(wall_
 pool.start()
 (worker,) = list(pool._workers)
 threading.Thread(target=pool.execute, args=("python3", "import time\\ndef main():\\n    time.sleep(100)\\n", {}), daemon=True).start()
-time.sleep(0.5)
+time.sleep(2)  # the worker has forked ahead and waits for requests
 print(worker.pid, flush=True)
 os._exit(1)  # no clean-up of any kind
 """

@@ -13,7 +13,7 @@ from runtime import events as ev
 from runtime import load_workflow
 from sandbox.errors import CodeResourceLimitError, CodeTimeoutError
 from sandbox.process_pool import ProcessSandbox
-from tests.integration.sandbox_support import small_sandbox
+from tests.integration.sandbox_support import CPU_BOUND, small_sandbox
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +26,10 @@ ENDLESS = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{
 GIGABYTE = "{{ 'x' * 1000000000 }}"
 
 
-def test_endless_template_moves_to_the_sandbox_and_hits_its_cpu_limit(pool: ProcessSandbox) -> None:
-    with pytest.raises(CodeTimeoutError) as caught:
-        render_jinja(ENDLESS, {}, executor=pool)
+def test_endless_template_moves_to_the_sandbox_and_hits_its_cpu_limit() -> None:
+    with small_sandbox(workers=1, limits=CPU_BOUND) as pool:
+        with pytest.raises(CodeTimeoutError) as caught:
+            render_jinja(ENDLESS, {}, executor=pool)
     assert caught.value.message_key == "errors.template.cpuLimit"
 
 
@@ -51,22 +52,21 @@ def test_isolated_templates_render_like_inline_ones(pool: ProcessSandbox) -> Non
     assert render_jinja(source, {"items": items}, executor=pool) == "<a:001><b:022>\n"
 
 
-def test_a_heavy_but_finite_template_finishes_in_the_sandbox(pool: ProcessSandbox) -> None:
-    # Inline it would take more than its CPU budget; in the sandbox it finishes.
+def test_a_heavy_but_finite_template_finishes_in_the_sandbox() -> None:
+    # Inline it would take more than its CPU budget; in the sandbox it finishes
+    # (with a wall clock no loaded machine can race).
     source = "{% set ns = namespace(n=0) %}{% for a in range(1000) %}{% for b in range(150) %}{% set ns.n = ns.n + 1 %}{% endfor %}{% endfor %}{{ ns.n }}"
     assert compile_template(source).isolate_because is None
     jobs: list[str] = []
-    real = pool.execute
 
     def recording(language: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
         jobs.append(language)
         return real(language, *args, **kwargs)  # type: ignore[arg-type]
 
-    pool.execute = recording  # type: ignore[method-assign]
-    try:
+    with small_sandbox(workers=1, limits=CPU_BOUND) as pool:
+        real = pool.execute
+        pool.execute = recording  # type: ignore[method-assign]
         assert render_jinja(source, {}, executor=pool) == "150000"
-    finally:
-        del pool.execute
     assert jobs == ["jinja2"]  # it ran out of its inline budget and moved
 
 

@@ -95,7 +95,7 @@ def test_invocation_wins_over_legacy_completion_params_and_both_are_stripped() -
         data.invocation.idle_timeout_ms == 700
     )  # the legacy key fills what invocation leaves empty
     assert data.model.completion_params == {"temperature": 0.5}
-    params, stop = llm.model_parameters(data)
+    params, stop = data.model.parameters()
     assert params == {"temperature": 0.5} and stop is None
 
 
@@ -104,14 +104,16 @@ def test_legacy_gate_key_alone_is_used() -> None:
     raw["model"]["completion_params"]["first_token_timeout_ms"] = "2500"
     data = llm.Data.model_validate(raw)
     assert data.invocation.first_token_timeout_ms == 2500
-    assert llm.seconds(data.invocation.first_token_timeout_ms) == 2.5
-    assert llm.seconds(0) is None and llm.seconds(None) is None
+    assert data.invocation.budgets().first_token_s == 2.5
+    raw["model"]["completion_params"].update(idle_timeout_ms=0, stream_total_timeout_ms=None)
+    budgets = llm.Data.model_validate(raw).invocation.budgets()
+    assert budgets.idle_s is None and budgets.stream_total_s is None
 
 
 def test_stop_words_leave_the_parameters() -> None:
     raw = llm_data()
     raw["model"]["completion_params"]["stop"] = ["\n\n"]
-    params, stop = llm.model_parameters(llm.Data.model_validate(raw))
+    params, stop = llm.Data.model_validate(raw).model.parameters()
     assert stop == ["\n\n"] and "stop" not in params
 
 

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodes import jinja
 from nodes.base import render_selectors
@@ -110,3 +112,18 @@ def test_an_answer_fails_at_the_cap_and_streams_no_more_than_the_cap() -> None:
     assert [e.node_id for e in failed] == ["answer"]
     assert failed[0].error_type == "RenderedTooLongError"
     assert isinstance(events[-1], ev.WorkflowFailed)
+
+
+NAMES = st.sampled_from(["a", "b1", "a.b", "_x", "a._b", "a.__class__", "not", "x.in", "a.", "1"])
+TEMPLATE_PIECES = st.one_of(
+    st.sampled_from(["{", "}", "{{", "}}", "{%", "%}", "{#", "#}", " ", "a", "_", ".", "|", "\n"]),
+    st.builds(lambda name, pad: "{{" + pad + name + pad + "}}", NAMES, st.sampled_from(["", " "])),
+)
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(pieces=st.lists(TEMPLATE_PIECES, max_size=12))
+def test_the_template_fast_path_never_passes_what_parsing_refuses(pieces: list[str]) -> None:
+    source = "".join(pieces)
+    if jinja._simple(source):
+        assert jinja.parsed_problem(source) is None, source

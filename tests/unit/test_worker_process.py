@@ -1,13 +1,15 @@
-"""The runtime's side of a sandbox worker against a scripted peer on a real
-socket pair: a worker that goes silent, lies about its size, hangs up, or
-cannot confine itself is never trusted."""
+"""The runtime's side of a sandbox worker against a scripted peer on real socket
+pairs: a worker (or job process) that goes silent, lies about its size,
+hangs up, or cannot confine itself is never trusted."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -23,7 +25,8 @@ from sandbox.worker_process import (
     WorkerTimeout,
 )
 
-LIMITS = SandboxLimits(wall_s=0.2, output_bytes=1024)
+LIMITS = SandboxLimits(wall_s=0.3, output_bytes=1024)
+JOB = {"language": "python3", "code": "", "inputs": {}}
 
 
 def bare_worker(require_landlock: bool = True) -> tuple[WorkerProcess, socket.socket]:
@@ -41,59 +44,101 @@ def bare_worker(require_landlock: bool = True) -> tuple[WorkerProcess, socket.so
     worker.isolation = {}
     worker._sock = ours
     worker._send_lock = threading.Lock()
+    worker._spare = worker_process.deque()
+    worker._spawned = worker_process.deque()
     return worker, theirs
+
+
+def announce(peer: socket.socket) -> socket.socket:
+    """Play the worker: hand the runtime a 'job process' (our socket and a pidfd)."""
+    job_end, runtime_end = socket.socketpair()
+    pidfd = os.pidfd_open(os.getpid())  # a stand-in; the tests never signal it
+    socket.send_fds(peer, [framing.encode({"warm": 4242})], [runtime_end.fileno(), pidfd])
+    runtime_end.close()
+    os.close(pidfd)
+    return job_end
 
 
 @pytest.fixture(autouse=True)
 def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker_process, "GRACE_S", 0.2)
+    monkeypatch.setattr(worker_process.Channel, "kill", lambda self: None)
 
 
-def test_a_silent_worker_is_given_up_on_after_timeout_and_grace() -> None:
-    worker, peer = bare_worker()
-    outcome: list[BaseException] = []
+def run_in_thread(worker: WorkerProcess) -> list[Any]:
+    """worker.run in a thread that must end (fail, not hang, when it does not)."""
+    outcome: list[Any] = []
 
     def wait() -> None:
         try:
-            worker.run({"language": "python3", "code": "", "inputs": {}}, None)
+            outcome.append(worker.run(dict(JOB), None))
         except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
             outcome.append(exc)
 
     thread = threading.Thread(target=wait, daemon=True)
     thread.start()
     thread.join(10)
-    assert not thread.is_alive(), "still waiting for a worker that never answers"
-    assert isinstance(outcome[0], WorkerTimeout)
+    assert not thread.is_alive(), "still waiting"
+    return outcome
+
+
+def test_a_worker_that_never_hands_out_a_process_is_given_up_on() -> None:
+    worker, peer = bare_worker()
+    (outcome,) = run_in_thread(worker)
+    assert isinstance(outcome, WorkerTimeout)
     peer.close()
 
 
-def test_a_frame_larger_than_the_cap_is_refused_unread() -> None:
+def test_a_silent_job_process_is_ended_at_the_deadline() -> None:
     worker, peer = bare_worker()
-    peer.sendall(struct.pack(">I", 200 << 20))  # claims 200 MB, sends nothing more
-    with pytest.raises(WorkerBroken) as caught:
-        worker.run({"language": "python3", "code": "", "inputs": {}}, None)
-    assert not isinstance(caught.value, WorkerTimeout)  # refused at the header
-    assert "larger than the limit" in str(caught.value)
+    job_end = announce(peer)
+    (outcome,) = run_in_thread(worker)
+    assert outcome == {"status": "error", "kind": "timeout", "limit": LIMITS.wall_s}
+    assert framing.receive(job_end, 1 << 20)["language"] == "python3"  # the job did go out
+    assert framing.receive(peer, 4096, time.monotonic() + 5) == {"release": 4242}
 
 
-def test_a_worker_that_hangs_up_is_broken() -> None:
+def test_a_result_larger_than_the_cap_is_refused_unread() -> None:
     worker, peer = bare_worker()
-    peer.close()
-    with pytest.raises(WorkerBroken):
-        worker.run({"language": "python3", "code": "", "inputs": {}}, None)
+    job_end = announce(peer)
+    job_end.sendall(struct.pack(">I", 200 << 20))  # claims 200 MB, sends nothing more
+    (outcome,) = run_in_thread(worker)
+    assert outcome == {"status": "error", "kind": "output", "limit": LIMITS.output_bytes}
 
 
-def test_stale_answers_are_skipped() -> None:
+def test_a_job_process_that_hangs_up_is_asked_about() -> None:
     worker, peer = bare_worker()
+    job_end = announce(peer)
+    job_end.close()
 
-    def answer() -> None:
-        job = framing.receive(peer, 1 << 20)
-        framing.send(peer, {"id": -1, "status": "ok", "result": {"stale": True}})
-        framing.send(peer, {"id": job["id"], "status": "ok", "result": {"fresh": True}})
+    def worker_side() -> None:
+        assert framing.receive(peer, 4096) == {"status": 4242}
+        framing.send(
+            peer, {"ended": 4242, "answer": {"status": "error", "kind": "cpu", "limit": 1}}
+        )
 
-    threading.Thread(target=answer, daemon=True).start()
-    reply = worker.run({"language": "python3", "code": "", "inputs": {}}, None)
-    assert reply["result"] == {"fresh": True}
+    threading.Thread(target=worker_side, daemon=True).start()
+    (outcome,) = run_in_thread(worker)
+    assert outcome == {"status": "error", "kind": "cpu", "limit": 1}
+
+
+def test_an_oversized_control_frame_breaks_the_worker() -> None:
+    worker, peer = bare_worker()
+    peer.sendall(struct.pack(">I", 200 << 20))
+    (outcome,) = run_in_thread(worker)
+    assert isinstance(outcome, WorkerBroken) and not isinstance(outcome, WorkerTimeout)
+    assert "larger than the limit" in str(outcome)
+
+
+def test_a_flood_of_announcements_breaks_the_worker() -> None:
+    worker, peer = bare_worker()
+    worker._spare.extend(object() for _ in range(worker_process._MAX_CHANNELS))  # type: ignore[misc]
+    worker._spare.popleft()  # one short of the cap: the next announcement fills it
+    announce(peer)
+    announce(peer)
+    with pytest.raises(framing.FrameError):
+        worker._read_one(10**9)
+        worker._read_one(10**9)
 
 
 def handshake_with(isolation: dict[str, Any], require_landlock: bool = True) -> WorkerProcess:

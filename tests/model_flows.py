@@ -1,0 +1,132 @@
+"""Workflow documents around one model-calling node, for the tests that run
+every such node type the same way (gate, retry, error strategies, probes,
+fallbacks) against the fake servers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runtime import events as ev
+from runtime import load_workflow
+from runtime.settings import load_settings
+from tests.fakes import model_answers as ma
+from tests.fakes.llm_server import Scenario
+
+MODEL = {"provider": "primary", "name": "m", "mode": "chat"}
+
+
+def workflow(nodes: list[dict[str, Any]], edges: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """A workflow (`mode: workflow`) with a start node taking `q`."""
+    start = {
+        "id": "start",
+        "data": {
+            "type": "start",
+            "title": "Start",
+            "variables": [{"variable": "q", "label": "q", "type": "paragraph", "required": True}],
+        },
+    }
+    return {
+        "version": "0.1.5",
+        "kind": "app",
+        "app": {"name": "model nodes", "mode": "workflow"},
+        "workflow": {
+            "graph": {
+                "nodes": [start, *nodes],
+                "edges": [{"source": s, "target": t, "sourceHandle": h} for s, t, h in edges],
+            }
+        },
+    }
+
+
+def end(node_id: str, **outputs: list[str]) -> dict[str, Any]:
+    return {
+        "id": node_id,
+        "data": {
+            "type": "end",
+            "title": node_id,
+            "outputs": [
+                {"variable": name, "value_selector": list(selector)}
+                for name, selector in outputs.items()
+            ],
+        },
+    }
+
+
+@dataclass(frozen=True)
+class ModelNode:
+    """How one model-calling node type is driven by the shared tests."""
+
+    type: str
+    data: Callable[[], dict[str, Any]]
+    answer: Callable[[], Scenario]  # a reply the node reads as a success
+    output: str  # an output that a success sets
+    expected: Any  # its value after `answer`
+    success_handle: str = "source"
+    # Default values a branch node needs to take `success_handle` under default-value.
+    branch_defaults: tuple[dict[str, Any], ...] = ()
+
+
+def classifier_data() -> dict[str, Any]:
+    return {
+        "type": "question-classifier",
+        "title": "Sort",
+        "model": dict(MODEL),
+        "query_variable_selector": ["start", "q"],
+        "classes": [{"id": "c1", "name": "Billing"}, {"id": "c2", "name": "Shipping"}],
+        "instruction": "",
+    }
+
+
+CLASSIFIER = ModelNode(
+    "question-classifier",
+    classifier_data,
+    lambda: ma.answer('{"category_id": "c2", "category_name": "Shipping"}'),
+    "class_name",
+    "Shipping",
+    success_handle="c2",
+    branch_defaults=({"key": "class_id", "type": "string", "value": "c2"},),
+)
+
+NODES = [CLASSIFIER]
+
+
+def around(node: ModelNode, **extra: Any) -> dict[str, Any]:
+    """start -> the node -> `ok` (its success handle), and `failed` on the
+    fail-branch when the node's error strategy is fail-branch."""
+    data = {**node.data(), **extra}
+    nodes = [{"id": "n", "data": data}, end("ok", value=["n", node.output])]
+    edges = [("start", "n", "source"), ("n", "ok", node.success_handle)]
+    if data.get("error_strategy") == "fail-branch":
+        nodes.append(end("failed", error=["n", "error_type"]))
+        edges.append(("n", "failed", "fail-branch"))
+    return workflow(nodes, edges)
+
+
+def routes(server: Any, **route: Any) -> dict[str, Any]:
+    """One route `primary` to `server` (no liveness probe unless given)."""
+    spec = {"kind": "openai-compatible", "base_url": server.base_url, "probe": "off", **route}
+    return {"providers": {"primary": spec}}
+
+
+def run(
+    tmp_path: Path, flow: dict[str, Any], settings: dict[str, Any], q: str = "where is my parcel?"
+) -> list[ev.Event]:
+    flow_path = tmp_path / "flow.yml"
+    settings_path = tmp_path / "settings.yml"
+    flow_path.write_text(yaml.safe_dump(flow, sort_keys=False), encoding="utf-8")
+    settings_path.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
+    workflow_ = load_workflow(flow_path)
+    return list(workflow_.run({"q": q}, settings=load_settings(settings_path)))
+
+
+def of(events: list[ev.Event], kind: type[Any]) -> list[Any]:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def final(events: list[ev.Event]) -> ev.Event:
+    return events[-1]
