@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from nodes import jinja
 from nodes.base import render_selectors
@@ -127,3 +128,17 @@ def test_the_template_fast_path_never_passes_what_parsing_refuses(pieces: list[s
     source = "".join(pieces)
     if jinja._simple(source):
         assert jinja.parsed_problem(source) is None, source
+
+
+def llm_data(message: dict[str, Any]) -> LLMData:
+    return LLMData.model_validate(
+        {"type": "llm", "model": {"provider": "p", "name": "m"}, "prompt_template": [message]}
+    )
+
+
+def test_jinja_prompts_are_checked_when_loaded_and_stale_ones_are_not() -> None:
+    with pytest.raises(ValidationError) as info:
+        llm_data({"role": "user", "edition_type": "jinja2", "jinja2_text": "{% include 'x' %}"})
+    assert info.value.errors()[0]["type"] == "dsl.template.loads"
+    # The editor keeps the jinja2 text of a message switched back to basic: not used, not checked.
+    llm_data({"role": "user", "text": "hi", "edition_type": "basic", "jinja2_text": "{{ oops"})
