@@ -72,9 +72,9 @@ def abort_latency(workflow, routes: RuntimeSettings) -> tuple[float, float]:
             time.sleep(SETTLE_S)
             start = time.perf_counter()
             run.abort("bench")
-        elif isinstance(event, ev.NodeFailed) and event.node_id == "llm":
+        elif isinstance(event, ev.NodeStopped) and event.node_id == "llm":
             node_done = time.perf_counter()
-        elif isinstance(event, ev.TERMINAL_EVENTS):
+        elif isinstance(event, ev.WorkflowFinished):
             return node_done - start, time.perf_counter() - start
     raise RuntimeError("no terminal event")
 
@@ -137,10 +137,10 @@ def main() -> None:
     n99, w99 = percentile(node, 99), percentile(whole, 99)
     verdict = "ok" if n99 < 0.010 else "MISSED (target p99 < 10 ms)"
     line(
-        f"run.abort() -> LLM node's NodeFailed event: p50 {ms(percentile(node, 50))}"
+        f"run.abort() -> LLM node's NodeStopped event: p50 {ms(percentile(node, 50))}"
         f"  p99 {ms(n99)}  [{verdict}] (upper bound of the read returning)"
     )
-    line(f"run.abort() -> WorkflowAborted: p50 {ms(percentile(whole, 50))}  p99 {ms(w99)}")
+    line(f"run.abort() -> WorkflowStopped: p50 {ms(percentile(whole, 50))}  p99 {ms(w99)}")
     if baseline is None:
         line(
             f"baseline httpx response.close() from another thread: read still blocked after"

@@ -1,5 +1,5 @@
 """6. TTFT overhead against the real local `llama-server`: the runtime's time to
-first token (workflow.run() -> first NodeChunk event) minus a raw-socket
+first token (workflow.run() -> first NodeFirstToken event) minus a raw-socket
 client's TTFT on the same prompt; median of >= 10 alternating runs.
 
     python -m bench.ttft [--gevent] [--runs 15]
@@ -84,7 +84,7 @@ def runtime_ttft(workflow: Any, routes: RuntimeSettings) -> float:
     run = workflow.run({"query": PROMPT}, settings=routes)
     ttft = None
     for event in run:
-        if ttft is None and isinstance(event, ev.NodeChunk) and event.text:
+        if ttft is None and isinstance(event, ev.NodeFirstToken):
             ttft = time.perf_counter() - start
     if ttft is None:
         raise RuntimeError(f"no token: {event}")
@@ -126,7 +126,9 @@ def main() -> None:
     overhead = percentile([o - r for r, o in zip(raw, ours, strict=True)], 50)
     verdict = "ok" if overhead < 0.005 else "MISSED (target < 5 ms)"
     line(f"raw socket TTFT (baseline): median {ms(r50)}")
-    line(f"runtime TTFT (workflow.run -> first NodeChunk): median {ms(o50)}  ({o50 / r50:.2f}x)")
+    line(
+        f"runtime TTFT (workflow.run -> first NodeFirstToken): median {ms(o50)}  ({o50 / r50:.2f}x)"
+    )
     line(f"overhead (median of paired differences): {ms(overhead)}  [{verdict}]")
 
 

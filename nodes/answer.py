@@ -1,18 +1,24 @@
-"""Answer node: renders its template. The engine streams the template's parts,
-including referenced LLM text, as they become available; this is the final value."""
+"""Answer node: a chatflow's reply. A response node: the engine streams its
+template's parts, LLM text included, as they become available; `run` gives the
+whole text, which is what the node outputs."""
 
 from __future__ import annotations
 
-from nodes.base import NodeContext, NodeResult, render_selectors
+from typing import Any
+
+from nodes.base import NodeContext, NodeResult, Role
 from nodes.config import BaseNodeData
-from nodes.selectors import Selector, template_selectors
+from nodes.selectors import Segment, Selector, parse_template, template_selectors
+from nodes.values import render_markdown
 
 TYPE = "answer"
+ROLE = Role.RESPONSE
 SUPPORTS_RETRY = False
 
 
 class Data(BaseNodeData):
     answer: str = ""
+    variables: Any = None  # older exports list them; the template is what counts
 
 
 def selectors(data: Data) -> list[Selector]:
@@ -23,5 +29,9 @@ def output_names(data: Data) -> set[str]:
     return {"answer"}
 
 
+def template(data: Data) -> list[Segment]:
+    return parse_template(data.answer)
+
+
 def run(data: Data, ctx: NodeContext) -> NodeResult:
-    return NodeResult(outputs={"answer": render_selectors(data.answer, ctx.variables)})
+    return NodeResult(outputs={"answer": render_markdown(data.answer, ctx.variables)})

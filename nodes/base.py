@@ -5,15 +5,14 @@ Nodes see only these types: the engine satisfies them, so nodes never import it.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from locales.localized_error import LocalizedError
 from nodes.cancel import CancelToken
-from nodes.rendering import TextBudget, TextBuilder
-from nodes.selectors import Selector, TextSegment, parse_template
+from nodes.selectors import Selector
 
 # What nodes see of the routes (re-exported: the client layer owns them).
 from plugin_daemon_client.plan import ClientProvider as ClientProvider
@@ -28,6 +27,32 @@ if TYPE_CHECKING:
     from plugin_daemon_client.fallback import FallbackEvent
     from plugin_daemon_client.gate import WaitInfo
     from sandbox.executor import CodeExecutor
+
+
+class Role(StrEnum):
+    """What a node is to the engine; the engine asks this, never the type name."""
+
+    ROOT = "root"  # where a run starts (start)
+    RESPONSE = "response"  # streams a template to the caller while the run goes (answer, end)
+    BRANCH = "branch"  # chooses which of its outgoing edges run (if-else)
+    PLAIN = "plain"  # everything else: runs, then takes its success edges
+    CONTAINER = "container"  # runs a graph of its own (iteration, loop: not yet)
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What a node needs from the runtime, declared from its data."""
+
+    # DSL `model.provider` names it calls (the runtime checks their routes first).
+    model_providers: frozenset[str] = frozenset()
+    # Its outputs that arrive chunk by chunk while it runs (`ctx.emit_chunk`).
+    streams: frozenset[str] = frozenset()
+    # Variables outside its own outputs it writes (conversation variables):
+    # an answer that reads one waits for this node.
+    writes: frozenset[Selector] = frozenset()
+
+
+NO_NEEDS = Needs()
 
 # In a node's `output_names`: it may also set outputs not known at load time
 # (a plugin tool's variables), so selectors into it are checked when it runs.
@@ -89,6 +114,16 @@ class NodeContext:
     code_executor: CodeExecutor | None = None
     # HTTP, knowledge and tool clients, built by the runtime from its settings file.
     connectors: Connectors | None = None
+    # The conversation's earlier turns, oldest first (chatflows only).
+    history: Sequence[ChatTurn] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTurn:
+    """An earlier turn of the conversation (an LLM node's memory reads these)."""
+
+    query: str
+    answer: str
 
 
 @dataclass(slots=True)
@@ -97,34 +132,13 @@ class NodeResult:
 
     outputs: dict[str, Any] = field(default_factory=dict)
     handles: frozenset[str] | None = None
+    # What the node read (Dify's node `inputs`), for events and the store.
+    inputs: Mapping[str, Any] | None = None
     # How the node did it (Dify's process_data): e.g. the LLM node's resolved
     # first-token budget and which route answered. Not a variable.
     process_data: Mapping[str, Any] | None = None
-
-
-def to_text(value: Any) -> str:
-    """How a variable renders inside a text template (Dify: objects and arrays as JSON)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool | dict | list):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
-
-
-def render_selectors(
-    template: str, variables: VariableReader, budget: TextBudget | None = None
-) -> str:
-    """Replace every `{{#node.var#}}` with its value; a missing value renders empty.
-
-    The text is capped while it is built (`nodes.rendering`); pass `budget` to
-    count several renders against one cap (the messages of one prompt).
-    """
-    text = TextBuilder(budget)
-    for segment in parse_template(template):
-        if isinstance(segment, TextSegment):
-            text.add(segment.text)
-        else:
-            text.add(to_text(variables.get(segment.selector)))
-    return text.text()
+    # Tokens a model call used (`prompt_tokens`, `completion_tokens`, `total_tokens`).
+    usage: Mapping[str, Any] | None = None
+    # Variables outside the node's outputs to set, applied when it succeeds
+    # (an assigner's conversation variables).
+    updates: Mapping[Selector, Any] = field(default_factory=dict)

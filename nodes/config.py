@@ -95,12 +95,11 @@ Milliseconds = Annotated[int | None, BeforeValidator(_milliseconds)]
 
 
 def _selector(value: Any) -> Selector:
-    if (
-        isinstance(value, list | tuple)
-        and len(value) >= 2
-        and all(isinstance(part, str) and part for part in value)
-    ):
-        return tuple(value)
+    if isinstance(value, list | tuple):
+        # Node ids that look like numbers may come unquoted out of YAML.
+        parts = [str(p) if isinstance(p, int) and not isinstance(p, bool) else p for p in value]
+        if len(parts) >= 2 and all(isinstance(part, str) and part for part in parts):
+            return tuple(parts)
     raise dsl_error(
         "dsl.selector",
         "must be a variable selector like [node_id, variable], got {got}",

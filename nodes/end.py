@@ -1,20 +1,25 @@
-"""End node: the workflow's outputs, read from selectors."""
+"""End node: the workflow's outputs, read from selectors. A response node: the
+engine streams its outputs in declared order, one line each, while the run goes."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
-from nodes.base import NodeContext, NodeResult
+from nodes.base import NodeContext, NodeResult, Role
 from nodes.config import BaseNodeData, DslModel, SelectorField
-from nodes.selectors import Selector
+from nodes.selectors import Segment, Selector, TextSegment, VariableSegment
 
 TYPE = "end"
+ROLE = Role.RESPONSE
 SUPPORTS_RETRY = False
 
 
 class OutputVariable(DslModel):
     variable: str = Field(min_length=1)
     value_selector: SelectorField
+    value_type: Any = None  # newer exports declare it; the value decides
 
 
 class Data(BaseNodeData):
@@ -29,7 +34,16 @@ def output_names(data: Data) -> set[str]:
     return {o.variable for o in data.outputs}
 
 
+def template(data: Data) -> list[Segment]:
+    """What the end node streams: each output in declared order, one per line (Dify's rule)."""
+    segments: list[Segment] = []
+    for index, output in enumerate(data.outputs):
+        if index:
+            segments.append(TextSegment("\n"))
+        segments.append(VariableSegment(output.value_selector))
+    return segments
+
+
 def run(data: Data, ctx: NodeContext) -> NodeResult:
-    return NodeResult(
-        outputs={o.variable: ctx.variables.get(o.value_selector) for o in data.outputs}
-    )
+    outputs = {o.variable: ctx.variables.get(o.value_selector) for o in data.outputs}
+    return NodeResult(outputs=outputs, inputs=outputs)

@@ -43,11 +43,12 @@ from connectors.guarded_http import (
     Timeouts,
     safe_url,
 )
-from nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader, render_selectors
+from nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
 from nodes.config import BaseNodeData, DslModel, OptionalSelector, dsl_error, shown
 from nodes.file_content import read as read_file
 from nodes.files import File, from_bytes
 from nodes.selectors import Selector, template_selectors
+from nodes.values import render_text
 
 TYPE = "http-request"
 SUPPORTS_RETRY = True
@@ -235,7 +236,7 @@ def _attach_files(
         spec.content = read(found[0])
         return
     parts = [
-        (render_selectors(item.key, variables), file)
+        (render_text(item.key, variables), file)
         for item in body.data
         if item.type == "file"
         for file in _files_at(item.file, variables)
@@ -251,7 +252,7 @@ def build_request(
 ) -> tuple[RequestSpec, list[str]]:
     """The request to send, and the secrets that must never be shown. `read`
     gives a file variable's bytes (for `binary` and form-data file bodies)."""
-    url = render_selectors(data.url, variables).strip()
+    url = render_text(data.url, variables).strip()
     if not url:
         raise NodeRunError("errors.http.noUrl")
     secrets: list[str] = []
@@ -259,15 +260,15 @@ def build_request(
     if data.authorization.type == "api-key":
         if data.authorization.config is None:
             raise NodeRunError("errors.http.noApiKey")
-        api_key = render_selectors(data.authorization.config.api_key, variables)
+        api_key = render_text(data.authorization.config.api_key, variables)
         if not api_key.strip():
             raise NodeRunError("errors.http.noApiKey")
         secrets.append(api_key)
-    headers = dict(_lines(render_selectors(data.headers, variables)))
+    headers = dict(_lines(render_text(data.headers, variables)))
     auth = _auth_header(data.authorization, api_key)
     secrets.extend(auth.values())
     headers.update(auth)
-    params = _lines(render_selectors(data.params, variables)) or None
+    params = _lines(render_text(data.params, variables)) or None
     spec = RequestSpec(method=data.method, url=url, headers=headers, params=params)
     body = data.body
     if body is None or body.type == "none":
@@ -279,7 +280,7 @@ def build_request(
     if body.type in ("raw-text", "json"):
         if len(body.data) != 1:
             raise NodeRunError("errors.http.bodyItems", type=body.type)
-        text = render_selectors(body.data[0].value, variables)
+        text = render_text(body.data[0].value, variables)
         if body.type == "json":
             spec.json = _json_body(text)
         else:
@@ -288,7 +289,7 @@ def build_request(
         _attach_files(spec, body, variables, read)
     else:  # x-www-form-urlencoded, form-data
         spec.data = {
-            render_selectors(item.key, variables): render_selectors(item.value, variables)
+            render_text(item.key, variables): render_text(item.value, variables)
             for item in body.data
             if item.type == "text"
         }

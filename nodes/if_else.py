@@ -7,12 +7,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from nodes.base import NodeContext, NodeResult, render_selectors
+from nodes.base import NodeContext, NodeResult, Role
 from nodes.comparison import UNARY, Operator, compare, normalize_operator
 from nodes.config import BaseNodeData, DslModel, SelectorField
 from nodes.selectors import Selector, template_selectors
+from nodes.values import render_text
 
 TYPE = "if-else"
+ROLE = Role.BRANCH
 SUPPORTS_RETRY = False
 ELSE_HANDLE = "false"
 
@@ -72,7 +74,7 @@ def _holds(condition: Condition, ctx: NodeContext) -> bool:
     expected = condition.value
     if condition.comparison_operator not in UNARY and isinstance(expected, str):
         # A comparison value may itself reference variables.
-        expected = render_selectors(expected, ctx.variables)
+        expected = render_text(expected, ctx.variables)
     return compare(condition.comparison_operator, actual, expected)
 
 

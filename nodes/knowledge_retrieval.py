@@ -26,9 +26,10 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from connectors.knowledge import Condition, MetadataCondition, Record
-from nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader, render_selectors
+from nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
 from nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error
 from nodes.selectors import Selector, template_selectors
+from nodes.values import render_text
 
 TYPE = "knowledge-retrieval"
 SUPPORTS_RETRY = True
@@ -99,7 +100,7 @@ def _condition(data: Data, variables: VariableReader) -> MetadataCondition | Non
     for c in conditions.conditions:
         value = c.value
         if isinstance(value, str) and c.comparison_operator not in ("empty", "not empty"):
-            value = " ".join(render_selectors(value, variables).split())
+            value = " ".join(render_text(value, variables).split())
         resolved.append(Condition(c.name, c.comparison_operator, value))
     return MetadataCondition(conditions.logical_operator or "and", tuple(resolved))
 

@@ -22,8 +22,9 @@ GATE_PARAM_KEYS = ("first_token_timeout_ms", "idle_timeout_ms", "stream_total_ti
 
 
 class ModelConfig(DslModel):
-    provider: str = Field(min_length=1)
-    name: str = Field(min_length=1)
+    # The editor writes "" for both until a model is chosen: the default route serves it.
+    provider: str = ""
+    name: str = ""
     mode: Literal["chat", "completion"] = "chat"
     completion_params: dict[str, Any] = Field(default_factory=dict)
 

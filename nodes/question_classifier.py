@@ -4,7 +4,8 @@ is the class id).
 
 Fields (Dify's): `query_variable_selector`, `classes` (`id`, `name`, an
 optional `label`; names may hold `{{#node.var#}}`), `instruction` (a
-template), `model`, `memory`, `vision`; and firstgate's `invocation` (the
+template), `model`, `memory` (in a conversation: the earlier turns go into the
+system prompt), `vision`; and firstgate's `invocation` (the
 gate's budgets, as on the LLM node). Outputs: `class_name`, `class_id`,
 `class_label` (the class's label, or `CLASS n`), `usage`.
 
@@ -27,14 +28,17 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from nodes.base import NodeContext, NodeResult, NodeRunError, render_selectors, to_text
+from nodes.base import Needs, NodeContext, NodeResult, NodeRunError, Role
 from nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error, shown
 from nodes.json_answer import read_json_object
+from nodes.llm_prompt import MemoryConfig, history_text
 from nodes.model_call import Invocation, ModelConfig, call_model, move_legacy_gate_params
 from nodes.selectors import Selector, template_selectors
+from nodes.values import as_text, render_text
 from plugin_daemon_client.invoke import ModelRequest
 
 TYPE = "question-classifier"
+ROLE = Role.BRANCH  # takes the edge of one class
 SUPPORTS_RETRY = True
 
 
@@ -57,7 +61,7 @@ class Data(BaseNodeData):
     model: ModelConfig
     classes: list[ClassConfig] = Field(min_length=1)
     instruction: str = ""
-    memory: dict[str, Any] | None = None
+    memory: MemoryConfig | None = None
     vision: VisionSettings = Field(default_factory=VisionSettings)
     invocation: Invocation = Field(default_factory=Invocation)
 
@@ -91,8 +95,9 @@ def selectors(data: Data) -> list[Selector]:
     return found
 
 
-def model_providers(data: Data) -> set[str]:
-    return {data.model.provider}
+def needs(data: Data) -> Needs:
+    # Its reply is JSON for itself, not text for an answer: nothing streams.
+    return Needs(model_providers=frozenset({data.model.provider}))
 
 
 def output_names(data: Data) -> set[str]:
@@ -191,14 +196,21 @@ def choose(classes: list[ClassConfig], names: list[str], answer: str) -> int:
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
-    query = to_text(ctx.variables.get(data.query_variable_selector))
-    instruction = render_selectors(data.instruction, ctx.variables)
-    names = [render_selectors(item.name, ctx.variables) for item in data.classes]
+    query = as_text(ctx.variables.get(data.query_variable_selector))
+    instruction = render_text(data.instruction, ctx.variables)
+    names = [render_text(item.name, ctx.variables) for item in data.classes]
     categories = [
         {"category_id": item.id, "category_name": name}
         for item, name in zip(data.classes, names, strict=True)
     ]
-    messages = build_messages(data, query, categories, instruction)
+    history = ""
+    if (
+        data.memory is not None
+        and data.memory.enabled
+        and ctx.variables.get(("sys", "conversation_id"))
+    ):
+        history = history_text(ctx.history, data.memory)
+    messages = build_messages(data, query, categories, instruction, history)
     parameters, stop = data.model.parameters()
     request = ModelRequest(
         data.model.name,
@@ -221,6 +233,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             "usage": usage,
         },
         handles=frozenset({chosen.id}),
+        usage=usage,
         process_data={
             "model_mode": data.model.mode,
             "model_provider": data.model.provider,

@@ -1,4 +1,12 @@
-"""The node types this runtime supports, by their Dify `type` name."""
+"""The node types this runtime supports, by their Dify `type` name, and the
+Dify node types it knows but does not run yet (refused by name).
+
+A node module declares what it is: `TYPE` (and older names in `ALIASES`),
+`ROLE` (`nodes.base.Role`, PLAIN when absent), `Data`, `run`, `selectors`,
+`output_names`, `SUPPORTS_RETRY`; optionally `handles` (the edge handles a
+branch may take), `needs` (model providers, streamed outputs, variables it
+writes) and, for response nodes, `template` (what it streams).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ from typing import Any
 
 from nodes import (
     answer,
+    assigner,
     code,
     document_extractor,
     end,
@@ -22,14 +31,15 @@ from nodes import (
     tool,
     variable_aggregator,
 )
-from nodes.base import SUCCESS_HANDLE, NodeContext, NodeResult
+from nodes.base import NO_NEEDS, SUCCESS_HANDLE, Needs, NodeContext, NodeResult, Role
 from nodes.config import BaseNodeData
-from nodes.selectors import Selector
+from nodes.selectors import Segment, Selector
 
 
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
     type: str
+    role: Role
     data_model: type[BaseNodeData]
     run: Callable[[BaseNodeData, NodeContext], NodeResult]
     selectors: Callable[[BaseNodeData], list[Selector]]
@@ -37,44 +47,85 @@ class NodeSpec:
     supports_retry: bool
     # Handles a node's outgoing edges may use besides the error handle.
     handles: Callable[[BaseNodeData], set[str]]
+    needs: Callable[[BaseNodeData], Needs]
+    # Response nodes: the text and variables they stream, in order.
+    template: Callable[[BaseNodeData], list[Segment]] | None = None
     # Runs code through `ctx.code_executor` (the runtime starts it with the run).
     uses_code_executor: bool = False
     # A branch node's handles under the default-value strategy (None: the success edges).
     default_handles: Callable[[BaseNodeData, dict[str, Any]], frozenset[str]] | None = None
-    # The DSL `model.provider` names it calls (their routes are checked before the run).
-    model_providers: Callable[[BaseNodeData], set[str]] = lambda data: set()
 
 
-def _spec(module: ModuleType) -> NodeSpec:
+def _no_needs(data: BaseNodeData) -> Needs:
+    return NO_NEEDS
+
+
+def _success_only(data: BaseNodeData) -> set[str]:
+    return {SUCCESS_HANDLE}
+
+
+def _spec(module: ModuleType, type_name: str) -> NodeSpec:
+    role = getattr(module, "ROLE", Role.PLAIN)
+    template = getattr(module, "template", None)
+    if role is Role.RESPONSE and template is None:
+        raise TypeError(f"response node module {module.__name__} declares no template")
     return NodeSpec(
-        type=module.TYPE,
+        type=type_name,
+        role=role,
         data_model=module.Data,
         run=module.run,
         selectors=module.selectors,
         output_names=module.output_names,
         supports_retry=module.SUPPORTS_RETRY,
-        handles=getattr(module, "handles", lambda data: {SUCCESS_HANDLE}),
+        handles=getattr(module, "handles", _success_only),
+        needs=getattr(module, "needs", _no_needs),
+        template=template,
         uses_code_executor=getattr(module, "USES_CODE_EXECUTOR", False),
         default_handles=getattr(module, "default_handles", None),
-        model_providers=getattr(module, "model_providers", lambda data: set()),
     )
 
+
+MODULES: tuple[ModuleType, ...] = (
+    start,
+    end,
+    answer,
+    llm,
+    question_classifier,
+    if_else,
+    template_transform,
+    variable_aggregator,
+    assigner,
+    http_request,
+    code,
+    knowledge_retrieval,
+    tool,
+    document_extractor,
+)
 
 NODE_TYPES: dict[str, NodeSpec] = {
-    m.TYPE: _spec(m)
-    for m in (
-        start,
-        end,
-        answer,
-        llm,
-        question_classifier,
-        if_else,
-        template_transform,
-        variable_aggregator,
-        http_request,
-        code,
-        knowledge_retrieval,
-        tool,
-        document_extractor,
-    )
+    name: _spec(module, name)
+    for module in MODULES
+    for name in (module.TYPE, *getattr(module, "ALIASES", ()))
 }
+
+# Dify node types that are not supported yet: a workflow using one is refused
+# with one message per such node, naming the type and the node.
+KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
+    {
+        "parameter-extractor",
+        "list-operator",
+        "iteration",
+        "loop",
+        "agent",
+        "human-input",
+        "datasource",
+        "knowledge-index",
+        "trigger-webhook",
+        "trigger-schedule",
+        "trigger-plugin",
+    }
+)
+
+# Parts of a container node (iteration, loop) that exist only inside it: the
+# container is refused (or run) as a whole, its parts are not reported.
+CONTAINER_PARTS: frozenset[str] = frozenset({"iteration-start", "loop-start", "loop-end"})

@@ -9,15 +9,22 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from nodes.base import NodeContext, NodeResult, NodeRunError
+from locales import t
+from nodes import files
+from nodes.base import NodeContext, NodeResult, NodeRunError, Role
 from nodes.config import BaseNodeData, DslModel, dsl_error, shown
+from nodes.files import File, FileError, FileRules
 from nodes.nesting import MAX_DEPTH, deeper_than
 from nodes.selectors import Selector
 
 TYPE = "start"
+ROLE = Role.ROOT
 SUPPORTS_RETRY = False
 
-InputType = Literal["text-input", "paragraph", "select", "number", "checkbox", "json_object"]
+InputType = Literal[
+    "text-input", "paragraph", "select", "number", "checkbox", "json_object", "file", "file-list"
+]
+FILE_TYPES = ("file", "file-list")
 
 
 class InputVariable(DslModel):
@@ -28,6 +35,18 @@ class InputVariable(DslModel):
     max_length: int | None = None
     options: list[str] = Field(default_factory=list)
     default: Any = None
+    # File inputs: which types, extensions (for `custom`) and upload methods they take.
+    allowed_file_types: list[str] = Field(default_factory=list)
+    allowed_file_extensions: list[str] = Field(default_factory=list)
+    allowed_file_upload_methods: list[str] = Field(default_factory=list)
+
+    def file_rules(self, upload_config: Mapping[str, Any] | None) -> FileRules:
+        return FileRules.from_config(
+            self.allowed_file_types,
+            self.allowed_file_extensions,
+            self.allowed_file_upload_methods,
+            upload_config,
+        )
 
 
 class Data(BaseNodeData):
@@ -52,6 +71,52 @@ class InputError(NodeRunError):
     """The caller's inputs do not fit the start node's declaration (CLI exit 2)."""
 
 
+class FileInputError(InputError):
+    """A file input is missing, unreadable or not accepted: names the input and
+    says why in the same language."""
+
+    message_key = "dsl.input.file"
+
+    def __init__(self, name: str, cause: FileError) -> None:
+        self.cause = cause
+        super().__init__(name=name, error=cause.render())
+
+    def render(self, locale: str | None = None) -> str:
+        return t(self.message_key, locale, **{**self.params, "error": self.cause.render(locale)})
+
+
+def as_file(value: Any) -> File:
+    """A file from what a caller may pass: a File, `@path`, a path, an http(s)
+    URL, or Dify's `{transfer_method: remote_url, url}` object."""
+    if isinstance(value, File):
+        return value
+    if isinstance(value, Mapping):
+        return files.from_mapping(value)
+    if isinstance(value, str) and value.strip():
+        return files.from_reference(value.strip())
+    raise FileError("errors.file.badObject")
+
+
+def coerce_files(
+    name: str, raw: Any, rules: FileRules, *, many: bool, limit: int | None = None
+) -> File | list[File]:
+    """One file (or a list, for `file-list` and `sys.files`) checked against the rules."""
+    items = list(raw) if isinstance(raw, list | tuple) else [raw]
+    if not many and len(items) != 1:
+        raise InputError("dsl.input.oneFile", name=name, count=len(items))
+    if many and limit and len(items) > limit:
+        raise InputError("dsl.input.tooManyFiles", name=name, count=len(items), max=limit)
+    found: list[File] = []
+    for item in items:
+        try:
+            file = as_file(item)
+            rules.check(file)
+        except FileError as exc:
+            raise FileInputError(name, exc) from None
+        found.append(file)
+    return found if many else found[0]
+
+
 def selectors(data: Data) -> list[Selector]:
     return []
 
@@ -60,7 +125,7 @@ def output_names(data: Data) -> set[str]:
     return {v.variable for v in data.variables}
 
 
-def _coerce(spec: InputVariable, raw: Any) -> Any:
+def _coerce(spec: InputVariable, raw: Any, upload_config: Mapping[str, Any] | None) -> Any:
     def bad(expected: str) -> InputError:
         return InputError(
             "dsl.input.type",
@@ -69,6 +134,15 @@ def _coerce(spec: InputVariable, raw: Any) -> Any:
             got=shown(raw),
         )
 
+    if spec.type in FILE_TYPES:
+        many = spec.type == "file-list"
+        return coerce_files(
+            spec.variable,
+            raw,
+            spec.file_rules(upload_config),
+            many=many,
+            limit=spec.max_length if many else None,
+        )
     if spec.type == "number":
         return _number(spec, raw, bad)
     if spec.type == "checkbox":
@@ -129,8 +203,13 @@ def _json(spec: InputVariable, raw: str, bad: Callable[[str], InputError]) -> An
         raise InputError("dsl.input.tooDeep", name=spec.variable, limit=MAX_DEPTH) from None
 
 
-def validate_inputs(data: Data, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Coerce the caller's inputs; missing optional ones take their default (or None)."""
+def validate_inputs(
+    data: Data, inputs: Mapping[str, Any], upload_config: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Coerce the caller's inputs; missing optional ones take their default (or None).
+
+    `upload_config` is the app's `features.file_upload.fileUploadConfig` (size limits).
+    """
     declared = {v.variable for v in data.variables}
     unknown = sorted(set(inputs) - declared)
     if unknown:
@@ -142,7 +221,7 @@ def validate_inputs(data: Data, inputs: Mapping[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for spec in data.variables:
         raw = inputs.get(spec.variable)
-        if raw is None or raw == "":
+        if raw is None or raw == "" or raw == []:
             if spec.default not in (None, ""):
                 raw = spec.default
             elif spec.required:
@@ -153,10 +232,10 @@ def validate_inputs(data: Data, inputs: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 values[spec.variable] = None
                 continue
-        values[spec.variable] = _coerce(spec, raw)
+        values[spec.variable] = _coerce(spec, raw, upload_config)
     return values
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     # The engine validated the inputs before the run began.
-    return NodeResult(outputs=dict(ctx.inputs))
+    return NodeResult(outputs=dict(ctx.inputs), inputs=dict(ctx.inputs))

@@ -40,12 +40,12 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from connectors import builtin_tools
 from connectors.api_tools import parse_openapi
 from connectors.tool_messages import MessageType, ToolMessage
-from nodes.base import ANY_OUTPUT, NodeContext, NodeResult, NodeRunError, VariableReader
-from nodes.base import render_selectors as render
+from nodes.base import ANY_OUTPUT, Needs, NodeContext, NodeResult, NodeRunError, VariableReader
 from nodes.config import BaseNodeData, DslModel, dsl_error, shown
 from nodes.files import File, from_bytes, from_remote_url
 from nodes.selectors import Selector, template_selectors
 from nodes.tool_providers import ToolCall, capped, provider_for
+from nodes.values import render_text as render
 
 TYPE = "tool"
 SUPPORTS_RETRY = True
@@ -229,6 +229,11 @@ def output_names(data: Data) -> set[str]:
     if data.provider_type != "api" and not data.runs_locally:
         names.add(ANY_OUTPUT)  # a plugin or MCP tool may set variables of its own
     return names
+
+
+def needs(data: Data) -> Needs:
+    # Its text goes out chunk by chunk as the tool sends it (Dify streams [node, "text"]).
+    return Needs(streams=frozenset({"text"}))
 
 
 # --- the call -------------------------------------------------------------------------

@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nodes.base import VariableReader
 from nodes.files import File
+from nodes.rendering import TextBudget, TextBuilder
+from nodes.selectors import TextSegment, parse_template
 
 
 def as_text(value: Any) -> str:
@@ -65,3 +68,27 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
     return value
+
+
+def render_text(template: str, variables: VariableReader, budget: TextBudget | None = None) -> str:
+    """A `{{#node.var#}}` template as a prompt or condition sees it; unset renders empty.
+
+    The text is capped while it is built (`nodes.rendering`); pass `budget` to
+    count several renders against one cap (the messages of one prompt).
+    """
+    return _render(template, variables, as_text, budget)
+
+
+def render_markdown(template: str, variables: VariableReader) -> str:
+    """A `{{#node.var#}}` template as an answer shows it (capped the same way)."""
+    return _render(template, variables, as_markdown, None)
+
+
+def _render(template: str, variables: VariableReader, show: Any, budget: TextBudget | None) -> str:
+    text = TextBuilder(budget)
+    for segment in parse_template(template):
+        if isinstance(segment, TextSegment):
+            text.add(segment.text)
+        else:
+            text.add(show(variables.get(segment.selector)))
+    return text.text()

@@ -12,6 +12,8 @@ from nodes.config import BaseNodeData, DslModel, SelectorField
 from nodes.selectors import Selector
 
 TYPE = "variable-aggregator"
+# Dify's first name for this node; older exports still say it.
+ALIASES = ("variable-assigner",)
 SUPPORTS_RETRY = False
 
 

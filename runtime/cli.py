@@ -1,5 +1,6 @@
-"""`firstgate run FLOW.yml --input KEY=VALUE ... [--models M.yaml] [--json] [--locale LOC]
-[--max-run-time S] [--max-steps N]`
+"""`firstgate run FLOW.yml [--query TEXT] [--conversation ID] [--user ID]
+[--input KEY=VALUE | --input KEY=@path] [--file PATH] [--env-file PATH]
+[--state DB] [--models M.yaml] [--json] [--locale LOC] [--max-run-time S] [--max-steps N]`
 and `firstgate validate FLOW.yml`.
 
 Exit codes: 0 succeeded or partially succeeded, 1 failed or aborted (or the
@@ -24,6 +25,7 @@ from nodes.config import shown
 from nodes.start import InputError
 from runtime import events as ev
 from runtime.engine import WorkflowRun
+from runtime.environment import EnvVarError, read_env_file
 from runtime.limits import DEFAULT_MAX_RUN_SECONDS, DEFAULT_MAX_STEPS, LimitSettingError, RunLimits
 from runtime.loader import load_workflow
 from runtime.messages import render_error
@@ -31,8 +33,11 @@ from runtime.problems import DslError
 from runtime.routes import RouteError
 from runtime.settings import load_settings
 from runtime.terminal import HumanView, json_line
+from runtime.workflow import Workflow
+from store import Store, StoreError, open_store
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+DEFAULT_CLI_USER = "cli-user"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
@@ -64,7 +69,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SETTINGS.yaml",
         help="the runtime settings file: where each model provider is served, and more",
     )
-    run.add_argument("--json", action="store_true", help="one JSON object per event per line")
+    run.add_argument("--query", "-q", help="a chatflow's user message (sys.query)")
+    run.add_argument("--conversation", metavar="ID", help="continue (or start) this conversation")
+    run.add_argument("--user", metavar="ID", help="who is asking (sys.user_id)")
+    run.add_argument(
+        "--file", action="append", default=[], metavar="PATH", help="a file for sys.files"
+    )
+    run.add_argument("--env-file", metavar="PATH", help="NAME=value lines for env variables")
+    run.add_argument(
+        "--state", metavar="DB", help="the state database (default: the user's data directory)"
+    )
+    run.add_argument("--json", action="store_true", help="Dify's streaming events, one per line")
     run.add_argument("--locale", help="language of messages (default: from LANG)")
     _add_limit_arguments(run)
     validate = commands.add_parser("validate", help="check a workflow file and list every problem")
@@ -106,15 +121,15 @@ def _limits(args: argparse.Namespace) -> RunLimits:
 
 def _invalid(error: BaseException, locale: str, as_json: bool) -> int:
     if as_json:
+        # Dify's answer to a request it refuses: an error with code and status.
         print(
             json.dumps(
                 {
-                    "event": "invalid_input",
-                    "node_id": None,
-                    "node_type": None,
-                    "attempt": None,
-                    "elapsed": None,
-                    "data": {"error_type": type(error).__name__, "error_message": str(error)},
+                    "event": "error",
+                    "status": 400,
+                    "code": "invalid_param",
+                    "message": str(error),
+                    "error_type": type(error).__name__,
                 },
                 ensure_ascii=False,
             )
@@ -154,18 +169,73 @@ def cmd_validate(flow: str, locale: str, models: str | None = None) -> int:
     return EXIT_OK
 
 
+class ChatArgError(LocalizedError):
+    """A chat flag where it does not belong, or a chatflow without its message."""
+
+
+def _check_chat_args(workflow: Workflow, args: argparse.Namespace) -> None:
+    if workflow.chat and args.query is None and "query" not in parse_inputs(args.input):
+        raise ChatArgError("cli.chat.needsQuery")
+    if not workflow.chat and (args.query is not None or args.conversation is not None):
+        raise ChatArgError("cli.chat.notChat")
+
+
+def _start_run(args: argparse.Namespace, store: Store) -> tuple[Workflow, WorkflowRun]:
+    settings = load_settings(args.models) if args.models else None
+    workflow = load_workflow(args.flow, settings=settings)
+    _check_chat_args(workflow, args)
+    env_file = read_env_file(args.env_file) if args.env_file else None
+    run = workflow.run(
+        parse_inputs(args.input),
+        query=args.query,
+        conversation_id=args.conversation,
+        user=args.user or DEFAULT_CLI_USER,
+        files=args.file,
+        store=store,
+        env_file_values=env_file,
+        settings=settings,
+        limits=_limits(args),
+    )
+    return workflow, run
+
+
+INVALID_ERRORS = (
+    DslError,
+    InputError,
+    RouteError,
+    BadInputArgError,
+    ChatArgError,
+    EnvVarError,
+    StoreError,
+    LimitSettingError,
+)
+
+
 def cmd_run(args: argparse.Namespace, locale: str) -> int:
     try:
-        settings = load_settings(args.models) if args.models else None
-        workflow = load_workflow(args.flow, settings=settings)
-        run = workflow.run(parse_inputs(args.input), settings=settings, limits=_limits(args))
-    except (DslError, InputError, RouteError, BadInputArgError, LimitSettingError) as exc:
-        if isinstance(exc, DslError) and not args.json:
-            # Headed with the file the problems are in: the models file's own name for its problems.
-            return _invalid_file(exc, exc.source or args.flow, locale)
+        store = open_store(args.state)
+    except StoreError as exc:
         return _invalid(exc, locale, args.json)
-    view = None if args.json else HumanView(locale)
-    final: ev.Event | None = None
+    try:
+        try:
+            workflow, run = _start_run(args, store)
+        except INVALID_ERRORS as exc:
+            if isinstance(exc, DslError) and not args.json:
+                # Headed with the file the problems are in: the models file's own name for its problems.
+                return _invalid_file(exc, exc.source or args.flow, locale)
+            return _invalid(exc, locale, args.json)
+        return _stream(run, workflow, locale, args.json)
+    finally:
+        store.close()
+
+
+def _stream(run: WorkflowRun, workflow: Workflow, locale: str, as_json: bool) -> int:
+    view = (
+        None
+        if as_json
+        else HumanView(locale, calls_model=_calls_model(workflow), redactor=run.session.redactor)
+    )
+    final: ev.WorkflowFinished | None = None
     try:
         with _ctrl_c_aborts(run):
             for event in run:  # after an abort the run still reports how it ended
@@ -173,12 +243,18 @@ def cmd_run(args: argparse.Namespace, locale: str) -> int:
                     print(json_line(event), flush=True)
                 else:
                     view.show(event)
-                final = event
+                if isinstance(event, ev.WorkflowFinished):
+                    final = event
     finally:
         run.close()  # cut short (a closed pipe, a second Ctrl-C): streams and servers stop now
     if isinstance(final, ev.WorkflowSucceeded | ev.WorkflowPartialSucceeded):
         return EXIT_OK
     return EXIT_FAILED
+
+
+def _calls_model(workflow: Workflow) -> frozenset[str]:
+    """Nodes that wait on a model server (the human view shows a waiting line)."""
+    return frozenset(n.id for n in workflow.graph.nodes.values() if n.needs.model_providers)
 
 
 @contextlib.contextmanager

@@ -1,11 +1,19 @@
 """One workflow run: the dispatcher.
 
 The dispatcher runs in whichever thread (or greenlet) iterates the run. It
-launches ready nodes on the worker pool, receives their events and outcomes
-through one queue, updates the variable pool and the scheduler, streams
-answers, and decides how the run ends. Abort, failure and the time limit all
-stop the run through `_stop`: cancel the token (which shuts in-flight LLM
-sockets down through their gates), wake the dispatcher, drain, report.
+launches ready nodes on the worker pool, receives their chunks, notices and
+outcomes through one queue, updates the variable pool and the scheduler,
+streams the response nodes, and decides how the run ends. Abort, failure and
+the time limit all stop the run through `_stop`: cancel the token (which shuts
+in-flight LLM sockets down through their gates), wake the dispatcher, drain,
+report.
+
+Order, as Dify's graph engine emits it: when a node finishes, its outputs go
+into the pool and its edges are resolved first, then the text this lets
+through streams, then the node's `node_finished`, then the nodes it made
+ready start. A chatflow's turn ends with `workflow_finished` followed by
+`message_end` (or `error`). The run is recorded in the store just before
+`workflow_finished`.
 """
 
 from __future__ import annotations
@@ -14,26 +22,30 @@ import contextlib
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.hub import Connectors
-from nodes.base import Clients, NodeContext
+from nodes.base import Clients, NodeContext, Role
 from nodes.cancel import CancelToken
+from nodes.values import jsonable
 from plugin_daemon_client.errors import FirstGateError
 from plugin_daemon_client.fallback import FallbackEvent
 from plugin_daemon_client.gate import WaitInfo
 from runtime import events as ev
-from runtime.answer_stream import AnswerStreamer, Piece
 from runtime.error_handler import Outcome, Status, error_type, execute
 from runtime.graph import Graph, NodeDef
 from runtime.limits import Deadline, LimitExceededError, RunLimits, steps_exceeded, time_exceeded
+from runtime.response_stream import Piece, ResponseStreamer
 from runtime.route_clients import RouteClients
 from runtime.scheduler import Scheduler
+from runtime.session import RunSession, RunSummary
 from runtime.variable_pool import VariablePool
 from runtime.worker_pool import WorkerPool
 from sandbox.executor import CodeExecutor
+from store.base import NodeExecutionRecord
 
 # How long a stopped run waits for its in-flight nodes to notice the cancel.
 DRAIN_GRACE_S = 5.0
@@ -46,10 +58,31 @@ class _Done:
 
 
 @dataclass(frozen=True, slots=True)
+class _Chunk:
+    node_id: str
+    attempt: int
+    text: str
+    target: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class _Stop:
     aborted: bool  # True: the caller aborted; False: a limit was exceeded
     reason: str
     error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class _Execution:
+    """One node execution: Dify's node execution id, index and timing."""
+
+    id: str
+    index: int
+    predecessor: str | None
+    started: float  # monotonic
+    created_at: int
+    attempt_started: dict[int, float] = field(default_factory=dict)
+    first_token: set[tuple[int, str | None]] = field(default_factory=set)
 
 
 class WorkflowRun:
@@ -60,13 +93,11 @@ class WorkflowRun:
         graph: Graph,
         inputs: dict[str, Any],
         *,
-        environment: dict[str, Any],
+        session: RunSession,
         providers: set[str],
-        query: str,
         clients: Clients,
         limits: RunLimits,
         max_workers: int,
-        run_id: str,
         connectors: Connectors | None = None,
         code_executor: CodeExecutor | None = None,
         owns_code_executor: bool = False,
@@ -79,34 +110,36 @@ class WorkflowRun:
         self._start_code_executor = start_code_executor
         self.providers = providers  # of the LLM nodes the run can reach
         self.inputs = inputs
-        self.run_id = run_id
+        self.session = session
+        self.info = session.info
+        self.run_id = session.info.workflow_run_id
         self.limits = limits
         self.clients = clients
         self.cancel = CancelToken()
         self.pool = VariablePool(
-            {
-                "query": query,
-                "files": [],
-                "workflow_run_id": run_id,
-                "user_id": "",
-                "app_id": "",
-                "workflow_id": "",
-                "conversation_id": "",
-                "dialogue_count": 0,
-            },
-            environment,
+            session.system,
+            session.environment,
+            session.conversation,
+            session.conversation_types,
+            start_id=self.graph.start_id,
         )
         self.scheduler = Scheduler(self.graph)
-        self.streamer = AnswerStreamer(self.graph, self.scheduler, self.pool)
+        self.streamer = ResponseStreamer(self.graph, self.pool, self.scheduler.node_state)
         self.status: str | None = None
         self.outputs: dict[str, Any] = {}
+        self.answer = ""  # what the response nodes streamed (a chat message's text)
+        self._redact = session.redactor
         self._queue: queue.Queue[object] = queue.Queue()
         self._workers = WorkerPool(max_workers)
         self._in_flight: set[str] = set()
-        self._chunk_target: dict[str, str | None] = {}  # LLM node -> route of its latest chunk
+        self._executions: dict[str, _Execution] = {}
+        self._records: list[NodeExecutionRecord] = []
+        self._chunk_target: dict[str, str | None] = {}  # node -> route of its latest chunk
         self._steps = 0
         self._exceptions = 0
-        self._answers: list[str] = []
+        self._tokens = 0
+        self._usage: dict[str, int] = {}
+        self._written: dict[str, Any] = {}  # conversation variables this run wrote
         self._failure: tuple[NodeDef, BaseException] | None = None
         self._stop_message: _Stop | None = None
         self._stop_lock = threading.Lock()
@@ -151,12 +184,15 @@ class WorkflowRun:
     def _elapsed(self) -> float:
         return round(time.monotonic() - self._t0, 6)
 
+    def _common(self) -> dict[str, Any]:
+        return {"run": self.info, "elapsed": self._elapsed()}
+
     def _run(self) -> Iterator[ev.Event]:
         self._t0 = time.monotonic()
         deadline = Deadline(self.limits.max_run_seconds, self._time_limit)
         try:
             yield ev.WorkflowStarted(
-                elapsed=self._elapsed(), run_id=self.run_id, inputs=dict(self.inputs)
+                inputs=self._redact.value(jsonable(self.inputs)), **self._common()
             )
             deadline.start()
             try:
@@ -166,28 +202,28 @@ class WorkflowRun:
                     # Started here, in the caller's thread, so the server dies with us.
                     self.clients.start_local()
             except Exception as exc:  # noqa: BLE001 - reported as the run's failure
-                yield self._terminal_failed(exc)
+                yield from self._end(self._terminal_failed(exc))
                 return
             if self._start_code_executor and self.code_executor is not None:
                 # Warm up in the background; a code node waits for a worker if it must.
                 threading.Thread(target=self._warm_up_code_executor, daemon=True).start()
-            for node_id in self.scheduler.roots():
-                yield from self._launch(node_id)
+            yield from self._launch(self.graph.start_id, None)
             while self._in_flight and self._stop_message is None and self._failure is None:
                 item = self._queue.get()
                 if isinstance(item, _Done):
                     yield from self._finish(item)
-                elif isinstance(item, ev.Event):
+                else:
                     yield from self._relay(item)
             if self._stop_message is None and self._failure is None:
-                yield self._terminal_success()
+                yield from self._end(self._terminal_success())
                 return
             yield from self._drain()
-            yield self._terminal_stopped()
+            yield from self._end(self._terminal_stopped())
         finally:
             deadline.cancel()
             self.cancel.cancel("run finished")
             self._workers.shutdown(timeout=1.0)
+            self.session.close()
             if isinstance(self.clients, RouteClients):
                 self.clients.close()
             if self.connectors is not None:
@@ -200,7 +236,7 @@ class WorkflowRun:
         with contextlib.suppress(Exception):  # the first code node reports it
             self.code_executor.start()
 
-    def _launch(self, node_id: str) -> Iterator[ev.Event]:
+    def _launch(self, node_id: str, predecessor: str | None) -> Iterator[ev.Event]:
         if self.cancel.cancelled:
             return
         self._steps += 1
@@ -209,12 +245,26 @@ class WorkflowRun:
             self._stop(_Stop(aborted=False, reason=str(error), error=error))
             return
         node = self.graph.nodes[node_id]
+        execution = _Execution(
+            id=str(uuid.uuid4()),
+            index=self._steps,
+            predecessor=predecessor,
+            started=time.monotonic(),
+            created_at=int(time.time()),
+        )
+        self._executions[node_id] = execution
         self.scheduler.mark_running(node_id)
         self._in_flight.add(node_id)
         yield ev.NodeStarted(
-            elapsed=self._elapsed(), node_id=node.id, node_type=node.type, title=node.title
+            node_id=node.id,
+            node_type=node.type,
+            title=node.title,
+            execution_id=execution.id,
+            index=execution.index,
+            predecessor_node_id=predecessor,
+            created_at=execution.created_at,
+            **self._common(),
         )
-        yield from self._pieces(self.streamer.advance_all())
         self._workers.submit(lambda: self._execute(node))
 
     def _execute(self, node: NodeDef) -> None:
@@ -230,32 +280,37 @@ class WorkflowRun:
             outcome = Outcome(Status.FAILED, 1, error=exc)
         self._queue.put(_Done(node.id, outcome))
 
+    def _node_fields(self, node: NodeDef) -> dict[str, Any]:
+        return {
+            "node_id": node.id,
+            "node_type": node.type,
+            "title": node.title,
+            "execution_id": self._executions[node.id].id,
+        }
+
     def _context(self, node: NodeDef, attempt: int) -> NodeContext:
-        common = {"node_id": node.id, "node_type": node.type, "title": node.title}
+        execution = self._executions[node.id]
+        execution.attempt_started[attempt] = time.monotonic()
 
         def chunk(text: str, target: str | None = None) -> None:
-            self._queue.put(
-                ev.NodeChunk(
-                    elapsed=self._elapsed(), attempt=attempt, text=text, target=target, **common
-                )
-            )
+            self._queue.put(_Chunk(node.id, attempt, text, target))
 
         def wait(info: WaitInfo, target: str | None = None) -> None:
             self._queue.put(
                 ev.NodeWaiting(
-                    elapsed=self._elapsed(),
                     attempt=attempt,
                     wait_elapsed=info.elapsed_s,
-                    message=info.message,
+                    message=self._redact.text(info.message),
                     message_key=info.message_key,
-                    params=info.params,
+                    params=self._redact.value(dict(info.params)),
                     target=target,
-                    **common,
+                    **self._node_fields(node),
+                    **self._common(),
                 )
             )
 
         def fallback(event: FallbackEvent) -> None:
-            self._queue.put(self._fallback_event(event, attempt, common))
+            self._queue.put(self._fallback_event(node, event, attempt))
 
         return NodeContext(
             node_id=node.id,
@@ -269,142 +324,178 @@ class WorkflowRun:
             inputs=self.inputs,
             code_executor=self.code_executor,
             connectors=self.connectors,
+            history=self.session.history,
         )
 
-    def _fallback_event(
-        self, event: FallbackEvent, attempt: int, common: dict[str, str]
-    ) -> ev.NodeFallback:
+    def _fallback_event(self, node: NodeDef, event: FallbackEvent, attempt: int) -> ev.NodeFallback:
         """A decision of the transport's fallback chain as a run event."""
         return ev.NodeFallback(
-            elapsed=self._elapsed(),
             attempt=attempt,
             kind=event.kind,
             reason=event.reason,
             target=event.target,
-            message=event.message,
+            message=self._redact.text(event.message),
             message_key=event.message_key,
-            params=dict(event.params),
-            **common,
+            params=self._redact.value(dict(event.params)),
+            **self._node_fields(node),
+            **self._common(),
         )
 
     def _retry_reporter(self, node: NodeDef) -> Any:
         def report(attempt: int, exc: Exception, interval_ms: int) -> None:
+            execution = self._executions[node.id]
             self._queue.put(
                 ev.NodeRetry(
-                    elapsed=self._elapsed(),
-                    node_id=node.id,
-                    node_type=node.type,
-                    title=node.title,
                     attempt=attempt,
+                    index=execution.index,
+                    predecessor_node_id=execution.predecessor,
                     error_type=error_type(exc),
-                    error_message=str(exc),
-                    partial_text=exc.partial_text if isinstance(exc, FirstGateError) else "",
+                    error_message=self._redact.text(str(exc)),
+                    partial_text=self._redact.text(
+                        exc.partial_text if isinstance(exc, FirstGateError) else ""
+                    ),
                     retry_interval_ms=interval_ms,
+                    created_at=execution.created_at,
+                    finished_at=int(time.time()),
                     error=exc,
+                    **self._node_fields(node),
+                    **self._common(),
                 )
             )
 
         return report
 
-    def _relay(self, event: ev.Event) -> Iterator[ev.Event]:
+    def _relay(self, item: object) -> Iterator[ev.Event]:
         if self.cancel.cancelled:
-            return  # chunks of a stopped run are noise
-        yield event
-        if isinstance(event, ev.NodeChunk):
-            self._chunk_target[event.node_id] = event.target
-            yield from self._pieces(
-                self.streamer.on_chunk(event.node_id, event.attempt, event.text)
-            )
-        elif isinstance(event, ev.NodeRetry) or (
-            isinstance(event, ev.NodeFallback) and event.kind == "swap"
+            return  # what a stopped run's nodes still send is noise
+        if isinstance(item, _Chunk):
+            yield from self._on_chunk(item)
+            return
+        assert isinstance(item, ev.Event)
+        yield item
+        if isinstance(item, ev.NodeRetry) or (
+            isinstance(item, ev.NodeFallback) and item.kind == "swap"
         ):
-            # Buffered text of the failed attempt (or failed fallback target) is
-            # never shown: the next one replaces it.
-            self.streamer.on_retry(event.node_id)
+            # Text of the failed attempt (or failed fallback target) not yet
+            # shown never will be: the next one replaces it.
+            self.streamer.on_retry(item.node_id)
+
+    def _on_chunk(self, chunk: _Chunk) -> Iterator[ev.Event]:
+        node = self.graph.nodes[chunk.node_id]
+        execution = self._executions[node.id]
+        self._chunk_target[node.id] = chunk.target
+        key = (chunk.attempt, chunk.target)
+        if key not in execution.first_token:
+            execution.first_token.add(key)
+            started = execution.attempt_started.get(chunk.attempt, execution.started)
+            yield ev.NodeFirstToken(
+                attempt=chunk.attempt,
+                target=chunk.target,
+                ttft=round(time.monotonic() - started, 6),
+                **self._node_fields(node),
+                **self._common(),
+            )
+        yield from self._pieces(self.streamer.on_chunk(node.id, chunk.attempt, chunk.text))
 
     def _pieces(self, pieces: list[Piece]) -> Iterator[ev.Event]:
         for piece in pieces:
-            target = self.graph.nodes[piece.target_id]
-            yield ev.AnswerChunk(
-                elapsed=self._elapsed(),
-                node_id=target.id,
-                node_type=target.type,
-                title=target.title,
-                text=piece.text,
-                from_node_id=piece.source,
+            text = self._redact.text(piece.text)
+            self.answer += text
+            streamed = piece.attempt is not None and piece.source is not None
+            yield ev.TextChunk(
+                node_id=piece.response_id,
+                text=text,
+                from_variable_selector=list(piece.selector),
+                source_node_id=piece.source,
                 attempt=piece.attempt,
-                # Buffers are dropped on every retry and swap, so a streamed
-                # piece always comes from the source's latest target.
-                target=(
-                    self._chunk_target.get(piece.source)
-                    if piece.source is not None and piece.attempt is not None
-                    else None
-                ),
+                # Unread text is dropped on every retry and swap, so a streamed
+                # piece always comes from the source's latest route.
+                target=self._chunk_target.get(piece.source or "") if streamed else None,
+                **self._common(),
             )
 
     def _finish(self, done: _Done) -> Iterator[ev.Event]:
         node = self.graph.nodes[done.node_id]
         outcome = done.outcome
         self._in_flight.discard(node.id)
-        common = {
-            "elapsed": self._elapsed(),
-            "node_id": node.id,
-            "node_type": node.type,
-            "title": node.title,
-        }
-        if outcome.status is Status.SUCCEEDED:
-            self.pool.set_outputs(node.id, outcome.outputs)
-            yield from self._pieces(self.streamer.finish(node.id))
-            self._collect_outputs(node, outcome.outputs)
-            yield ev.NodeSucceeded(
-                attempt=outcome.attempt,
-                outputs=outcome.outputs,
-                process_data=outcome.process_data,
-                **common,
-            )
-        elif outcome.status is Status.EXCEPTION:
-            assert outcome.error is not None
-            self._exceptions += 1
-            self.pool.set_outputs(node.id, outcome.outputs)
-            yield ev.NodeException(
-                attempt=outcome.attempt,
-                strategy=outcome.strategy or "",
-                error_type=error_type(outcome.error),
-                error_message=str(outcome.error),
-                outputs=outcome.outputs,
-                error=outcome.error,
-                **common,
-            )
-        else:
-            yield self._node_failed(node, outcome)
+        if outcome.status not in (Status.SUCCEEDED, Status.EXCEPTION):
+            yield self._node_ended(node, outcome)
             if outcome.status is Status.FAILED and self._failure is None:
                 self._failure = (node, outcome.error or RuntimeError("node failed"))
                 self.cancel.cancel(f"node {node.id} failed")
             return
-        ready = self.scheduler.complete(node.id, outcome.handles)
-        yield from self._pieces(self.streamer.advance_all())
-        for node_id in ready:
-            yield from self._launch(node_id)
+        self.pool.set_outputs(node.id, outcome.outputs)
+        if outcome.status is Status.SUCCEEDED:
+            for selector, value in outcome.updates.items():
+                self.pool.set(selector, value)
+                if selector[0] == "conversation":
+                    self._written[selector[1]] = value
+        else:
+            self._exceptions += 1
+        step = self.scheduler.complete(node.id, outcome.handles)
+        yield from self._pieces(self.streamer.on_node_done(node.id, step.taken, step.skipped))
+        yield self._node_ended(node, outcome)
+        if node.spec.role is Role.RESPONSE and outcome.status is Status.SUCCEEDED:
+            self._merge_response(outcome.outputs)
+        for node_id in step.ready:
+            yield from self._launch(node_id, node.id)
 
-    def _node_failed(self, node: NodeDef, outcome: Outcome) -> ev.NodeFailed:
+    def _merge_response(self, outputs: dict[str, Any]) -> None:
+        # Dify's rule: answers add up, other outputs (an end node's) are set.
+        for key, value in outputs.items():
+            if key == "answer" and isinstance(value, str):
+                self.outputs["answer"] = str(self.outputs.get("answer", "")) + value
+            else:
+                self.outputs[key] = value
+
+    def _node_ended(self, node: NodeDef, outcome: Outcome) -> ev.NodeFinished:
+        """The node's `node_finished` event, also kept for the run's record."""
+        execution = self._executions[node.id]
         error = outcome.error
-        return ev.NodeFailed(
-            elapsed=self._elapsed(),
-            node_id=node.id,
-            node_type=node.type,
-            title=node.title,
+        metadata: dict[str, Any] = {}
+        if outcome.usage:
+            tokens = int(outcome.usage.get("total_tokens") or 0)
+            self._tokens += tokens
+            for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+                self._usage[key] = self._usage.get(key, 0) + int(outcome.usage.get(key) or 0)
+            metadata.update(total_tokens=tokens, total_price=0, currency="USD")
+        if outcome.strategy:
+            metadata["error_strategy"] = outcome.strategy
+        kind: type[ev.NodeFinished] = {
+            Status.SUCCEEDED: ev.NodeSucceeded,
+            Status.EXCEPTION: ev.NodeException,
+            Status.FAILED: ev.NodeFailed,
+            Status.CANCELLED: ev.NodeStopped,
+        }[outcome.status]
+        extra: dict[str, Any] = {}
+        if kind is ev.NodeException:
+            extra["strategy"] = outcome.strategy or ""
+        if error is None and outcome.status is Status.CANCELLED:
+            error_message: str | None = self.cancel.reason or "cancelled"
+            kind_name: str | None = "StreamCancelledError"
+        else:
+            error_message = self._redact.text(str(error)) if error is not None else None
+            kind_name = error_type(error) if error is not None else None
+        event = kind(
             attempt=outcome.attempt,
-            error_type=error_type(error) if error else "StreamCancelledError",
-            error_message=str(error) if error else (self.cancel.reason or "cancelled"),
+            index=execution.index,
+            predecessor_node_id=execution.predecessor,
+            inputs=self._redact.value(jsonable(outcome.inputs)),
+            outputs=self._redact.value(jsonable(outcome.outputs)),
+            process_data=self._redact.value(jsonable(outcome.process_data)),
+            execution_metadata=metadata,
+            node_elapsed=round(time.monotonic() - execution.started, 6),
+            created_at=execution.created_at,
+            finished_at=int(time.time()),
+            error_type=kind_name,
+            error_message=error_message,
             error=error,
+            **extra,
+            **self._node_fields(node),
+            **self._common(),
         )
-
-    def _collect_outputs(self, node: NodeDef, outputs: dict[str, Any]) -> None:
-        if node.type == "end":
-            self.outputs.update(outputs)
-        elif node.type == "answer":
-            self._answers.append(str(outputs.get("answer", "")))
-            self.outputs["answer"] = "".join(self._answers)
+        self._records.append(_record(event))
+        return event
 
     def _drain(self) -> Iterator[ev.Event]:
         """Wait (briefly) for in-flight nodes to notice the cancel, and report them."""
@@ -419,51 +510,99 @@ class WorkflowRun:
                 node = self.graph.nodes[item.node_id]
                 if item.outcome.status is Status.SUCCEEDED:
                     self.pool.set_outputs(node.id, item.outcome.outputs)
-                    yield ev.NodeSucceeded(
-                        elapsed=self._elapsed(),
-                        node_id=node.id,
-                        node_type=node.type,
-                        title=node.title,
-                        attempt=item.outcome.attempt,
-                        outputs=item.outcome.outputs,
-                        process_data=item.outcome.process_data,
-                    )
-                else:
-                    yield self._node_failed(node, item.outcome)
+                outcome = item.outcome
+                if outcome.status is Status.FAILED and self.cancel.cancelled:
+                    # It failed because the run was stopped under it.
+                    outcome = Outcome(Status.CANCELLED, outcome.attempt, error=outcome.error)
+                yield self._node_ended(node, outcome)
 
     # ---- how the run ends
 
-    def _terminal_success(self) -> ev.Event:
+    def _totals(self) -> dict[str, Any]:
+        return {
+            "outputs": self._redact.value(jsonable(self.outputs)),
+            "total_tokens": self._tokens,
+            "total_steps": self._steps,
+            "exceptions_count": self._exceptions,
+            "finished_at": int(time.time()),
+        }
+
+    def _terminal_success(self) -> ev.WorkflowFinished:
         if self._exceptions:
             self.status = "partial-succeeded"
-            return ev.WorkflowPartialSucceeded(
-                elapsed=self._elapsed(),
-                outputs=dict(self.outputs),
-                exceptions_count=self._exceptions,
-            )
+            return ev.WorkflowPartialSucceeded(**self._totals(), **self._common())
         self.status = "succeeded"
-        return ev.WorkflowSucceeded(elapsed=self._elapsed(), outputs=dict(self.outputs))
+        return ev.WorkflowSucceeded(**self._totals(), **self._common())
 
-    def _terminal_failed(self, error: BaseException) -> ev.WorkflowFailed:
+    def _terminal_failed(self, error: BaseException) -> ev.WorkflowFinished:
         self.status = "failed"
         return ev.WorkflowFailed(
-            elapsed=self._elapsed(),
             error_type=error_type(error),
-            error_message=str(error),
-            outputs=dict(self.outputs),
+            error_message=self._redact.text(str(error)),
             error=error,
+            **self._totals(),
+            **self._common(),
         )
 
-    def _terminal_stopped(self) -> ev.Event:
+    def _terminal_stopped(self) -> ev.WorkflowFinished:
         if self._failure is not None:
             return self._terminal_failed(self._failure[1])
         stop = self._stop_message
         assert stop is not None
         if stop.aborted:
-            self.status = "aborted"
-            return ev.WorkflowAborted(
-                elapsed=self._elapsed(), reason=stop.reason, outputs=dict(self.outputs)
+            self.status = "stopped"
+            return ev.WorkflowStopped(
+                reason=stop.reason, error_message=stop.reason, **self._totals(), **self._common()
             )
-        return self._terminal_failed(
-            stop.error or LimitExceededError("cli.limit.time", stop.reason)
-        )
+        return self._terminal_failed(stop.error or LimitExceededError("cli.limit.time", limit="?"))
+
+    def _end(self, terminal: ev.WorkflowFinished) -> Iterator[ev.Event]:
+        """Record the run, then report its end (and the chat turn's)."""
+        try:
+            self.session.finish(
+                RunSummary(
+                    status=terminal.status,
+                    inputs=self.inputs,
+                    outputs=self.outputs,
+                    error=terminal.error_message,
+                    elapsed_time=self._elapsed(),
+                    total_tokens=self._tokens,
+                    total_steps=self._steps,
+                    exceptions_count=self._exceptions,
+                    nodes=self._records,
+                    answer=self.answer,
+                    conversation=self._written,
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - a run that cannot be recorded has failed
+            if terminal.status != "failed":
+                terminal = self._terminal_failed(exc)
+        yield terminal
+        if not self.info.chat:
+            return
+        if isinstance(terminal, ev.WorkflowFailed):
+            yield ev.ErrorEvent(message=f"Run failed: {terminal.error_message}", **self._common())
+        else:
+            usage = {**self._usage, "total_price": "0", "currency": "USD"}
+            usage["latency"] = self._elapsed()
+            yield ev.MessageEnd(answer=self.answer, usage=usage, **self._common())
+
+
+def _record(event: ev.NodeFinished) -> NodeExecutionRecord:
+    return NodeExecutionRecord(
+        id=event.execution_id,
+        index=event.index,
+        node_id=event.node_id,
+        node_type=event.node_type,
+        title=event.title,
+        predecessor_node_id=event.predecessor_node_id,
+        status=event.status,
+        inputs=event.inputs,
+        process_data=event.process_data,
+        outputs=event.outputs,
+        error=event.error_message,
+        elapsed_time=event.node_elapsed,
+        execution_metadata=event.execution_metadata,
+        created_at=event.created_at,
+        finished_at=event.finished_at,
+    )

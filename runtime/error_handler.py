@@ -4,13 +4,14 @@ node's error strategy (none -> fail, fail-branch, default-value)."""
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from nodes.base import FAIL_HANDLE, NodeContext
 from nodes.cancel import CancelToken
+from nodes.selectors import Selector
 from runtime.graph import NodeDef
 
 
@@ -30,6 +31,9 @@ class Outcome:
     error: BaseException | None = None
     strategy: str | None = None
     process_data: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)
+    usage: Mapping[str, Any] | None = None
+    updates: Mapping[Selector, Any] = field(default_factory=dict)
 
 
 def error_type(exc: BaseException) -> str:
@@ -93,4 +97,7 @@ def execute(
             dict(result.outputs),
             result.handles,
             process_data=dict(result.process_data or {}),
+            inputs=dict(result.inputs or {}),
+            usage=result.usage,
+            updates=dict(result.updates),
         )

@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from nodes.base import Needs
 from nodes.config import BaseNodeData
 from nodes.registry import NodeSpec
 
@@ -17,6 +18,7 @@ class NodeDef:
     type: str
     spec: NodeSpec
     data: BaseNodeData
+    needs: Needs  # what the node declared it needs (model providers, streams, writes)
 
     @property
     def has_fail_branch(self) -> bool:

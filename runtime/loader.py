@@ -10,14 +10,20 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from nodes.base import ANY_OUTPUT, FAIL_HANDLE
-from nodes.registry import NODE_TYPES
+from nodes.base import ANY_OUTPUT, FAIL_HANDLE, Role
+from nodes.config import QUOTE_LIMIT, shown
+from nodes.registry import CONTAINER_PARTS, KNOWN_UNSUPPORTED, NODE_TYPES
 from runtime.ancestry import Ancestry
 from runtime.dsl_models import Document, Edge, RawNode
 from runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
 from runtime.problems import DslError, NodeRef, Problem, problems_from_validation
-from runtime.variable_pool import SYS_VARIABLES
-from runtime.workflow import Workflow
+from runtime.variable_pool import (
+    SYS_VARIABLES,
+    USER_INPUT,
+    USER_INPUT_VARIABLES,
+    start_sys_alias,
+)
+from runtime.workflow import Workflow, declarations
 from runtime.yaml_reader import read_yaml_mapping
 
 if TYPE_CHECKING:
@@ -88,19 +94,27 @@ class _Loader:
                 Problem("dsl.graph.cycle", {"cycle": " -> ".join(_label(nodes[n]) for n in cycle)})
             )
         env = {v.name: v.value for v in document.workflow.environment_variables}
+        conversation = {v.name for v in document.workflow.conversation_variables}
         graph = None if start_id is None else Graph(nodes=nodes, edges=edges, start_id=start_id)
         if graph is not None and ancestry.acyclic:
-            self._selectors(graph, ancestry, env)
+            self._selectors(graph, ancestry, env, conversation)
         if self.problems:
             raise DslError(self.problems)
         assert graph is not None
         return Workflow(
-            name=document.app.name, mode=document.app.mode, graph=graph, environment=env
+            name=document.app.name, mode=document.app.mode, graph=graph, **declarations(document)
         )
 
     def _nodes(self, raw_nodes: list[dict[str, Any]]) -> dict[str, NodeDef]:
         nodes: dict[str, NodeDef] = {}
+        unrun_containers = _unrun_containers(raw_nodes)
         for index, raw_node in enumerate(raw_nodes):
+            parent = _container_of(raw_node)
+            if parent is not None and parent in unrun_containers:
+                # Inside a container that is refused as a whole: its nodes are
+                # part of it, not problems of their own.
+                self.broken.add(str(raw_node.get("id")))
+                continue
             try:
                 node = RawNode.model_validate(raw_node)
             except ValidationError as exc:
@@ -110,24 +124,17 @@ class _Loader:
                 continue
             if node.type in _DECORATIVE_NODE_TYPES:
                 continue
-            node_type = str(node.data.get("type", ""))
-            ref = NodeRef(node.id, str(node.data.get("title", "")), node_type or "?")
+            node_type = _plain(node.data.get("type", ""))
+            if node_type in CONTAINER_PARTS:
+                continue  # part of an iteration or loop: the container is judged as a whole
+            ref = NodeRef(node.id, _plain(node.data.get("title", "")), node_type or "?")
             if node.id in nodes:
                 self.problems.append(Problem("dsl.node.duplicateId", {}, ref))
                 continue
             spec = NODE_TYPES.get(node_type)
             if spec is None:
                 self.broken.add(node.id)
-                self.problems.append(
-                    Problem(
-                        "dsl.node.unknownType",
-                        {
-                            "type": node_type or "(missing)",
-                            "supported": ", ".join(sorted(NODE_TYPES)),
-                        },
-                        ref,
-                    )
-                )
+                self.problems.append(_unsupported(node_type, ref))
                 continue
             try:
                 data = spec.data_model.model_validate(node.data, context=self.context)
@@ -135,7 +142,7 @@ class _Loader:
                 self.problems.extend(problems_from_validation(exc, ref))
                 self.broken.add(node.id)
                 continue
-            nodes[node.id] = NodeDef(node.id, data.title, node_type, spec, data)
+            nodes[node.id] = NodeDef(node.id, data.title, node_type, spec, data, spec.needs(data))
         return nodes
 
     def _edges(self, raw_edges: list[dict[str, Any]], nodes: dict[str, NodeDef]) -> list[EdgeDef]:
@@ -200,7 +207,9 @@ class _Loader:
             )
         return starts[0].id
 
-    def _selectors(self, graph: Graph, ancestry: Ancestry, env: dict[str, Any]) -> None:
+    def _selectors(
+        self, graph: Graph, ancestry: Ancestry, env: dict[str, Any], conversation: set[str]
+    ) -> None:
         checks = [
             (node, selector)
             for node in graph.nodes.values()
@@ -210,9 +219,19 @@ class _Loader:
         upstream = self._upstream(graph, ancestry, checks)
         outputs: dict[str, set[str]] = {}  # node id -> its output names, computed once
         for (node, selector), is_upstream in zip(checks, upstream, strict=True):
-            problem = _check_selector(selector, node, graph, is_upstream, env, outputs)
+            problem = _check_selector(
+                selector, node, graph, is_upstream, env, outputs, conversation
+            )
             if problem:
                 self.problems.append(problem)
+        for node in graph.nodes.values():
+            for written in sorted(node.needs.writes):
+                if written[0] != "conversation":
+                    self.problems.append(
+                        Problem(
+                            "dsl.selector.notWritable", {"selector": ".".join(written)}, _ref(node)
+                        )
+                    )
 
     def _upstream(
         self, graph: Graph, ancestry: Ancestry, checks: list[tuple[NodeDef, tuple[str, ...]]]
@@ -225,6 +244,43 @@ class _Loader:
         pairs = [(sel[0], node.id) for node, sel in checks if sel[0] in graph.nodes]
         answers = iter(ancestry.upstream(pairs))
         return [next(answers) if sel[0] in graph.nodes else None for _, sel in checks]
+
+
+def _plain(value: Any) -> str:
+    """A node's type or title as a message may quote it: short, never expanded."""
+    if isinstance(value, str):
+        return value if len(value) <= QUOTE_LIMIT else value[:QUOTE_LIMIT] + "…"
+    return shown(value)
+
+
+def _container_of(raw_node: Any) -> str | None:
+    """The iteration or loop a node belongs to (`parentId`, or older `iteration_id`)."""
+    if not isinstance(raw_node, dict):
+        return None
+    data = raw_node.get("data") if isinstance(raw_node.get("data"), dict) else {}
+    parent = raw_node.get("parentId") or data.get("iteration_id") or data.get("loop_id")
+    return str(parent) if parent else None
+
+
+def _unrun_containers(raw_nodes: list[Any]) -> set[str]:
+    """Container nodes of a type this runtime does not run."""
+    found: set[str] = set()
+    for raw_node in raw_nodes:
+        data = raw_node.get("data") if isinstance(raw_node, dict) else None
+        if isinstance(data, dict) and str(data.get("type", "")) not in NODE_TYPES:
+            found.add(str(raw_node.get("id")))
+    return found
+
+
+def _unsupported(node_type: str, ref: NodeRef) -> Problem:
+    """One problem per node of a type this runtime does not run, naming type and node."""
+    if node_type in KNOWN_UNSUPPORTED:
+        return Problem("dsl.node.unsupportedType", {"type": node_type}, ref)
+    return Problem(
+        "dsl.node.unknownType",
+        {"type": node_type or "(missing)", "supported": ", ".join(sorted(NODE_TYPES))},
+        ref,
+    )
 
 
 def _ref(node: NodeDef) -> NodeRef:
@@ -250,9 +306,23 @@ def _check_selector(
     upstream: bool | None,
     env: dict[str, Any],
     outputs: dict[str, set[str]],
+    conversation: set[str],
 ) -> Problem | None:
-    head, name = selector[0], selector[1]
     text = ".".join(selector)
+    selector = start_sys_alias(selector, graph.start_id) or selector
+    head, name = selector[0], selector[1]
+    if head == USER_INPUT:
+        if name not in USER_INPUT_VARIABLES:
+            return Problem(
+                "dsl.selector.unknownSys",
+                {"selector": text, "supported": ", ".join(sorted(USER_INPUT_VARIABLES))},
+                _ref(node),
+            )
+        return None
+    if head == "conversation":
+        if name not in conversation:
+            return Problem("dsl.selector.unknownConversation", {"selector": text}, _ref(node))
+        return None
     if head == "sys":
         if name not in SYS_VARIABLES:
             return Problem(
@@ -282,7 +352,9 @@ def _check_selector(
             },
             _ref(node),
         )
-    if upstream is False:
+    # A response node may show a node that does not run before it (Dify's own
+    # fixtures do): its stream waits for that node, or leaves it out if skipped.
+    if upstream is False and node.spec.role is not Role.RESPONSE:
         return Problem(
             "dsl.selector.notUpstream", {"selector": text, "node": _label(target)}, _ref(node)
         )

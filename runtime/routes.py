@@ -15,6 +15,20 @@ class RouteError(LocalizedError):
     """A route cannot be used (missing credentials, no route): invalid input, not a run failure."""
 
 
+def _plugin_id(name: str) -> bool:
+    """`org/plugin/provider`, the marketplace's full provider id."""
+    return name.count("/") == 2 and all(name.split("/"))
+
+
+def _same_provider(dsl_name: str, route_name: str) -> bool:
+    """A full plugin id and a short name match when the short name is the id's
+    provider part; two different full ids never match."""
+    if _plugin_id(dsl_name) == _plugin_id(route_name):
+        return False
+    full, short = (dsl_name, route_name) if _plugin_id(dsl_name) else (route_name, dsl_name)
+    return full.rsplit("/", 1)[1] == short
+
+
 class ModelRoutes:
     """Maps provider names to routes; unknown providers take the default (or `local`)."""
 
@@ -22,8 +36,14 @@ class ModelRoutes:
         self.settings = settings or ProvidersSection()
 
     def route_for(self, provider: str) -> tuple[str, ProviderRoute]:
-        if provider in self.settings.providers:
-            return provider, self.settings.providers[provider]
+        """Exact name first; else a plugin id (`langgenius/openai/openai`) and its
+        provider's short name (`openai`) match each other; else the default."""
+        providers = self.settings.providers
+        if provider in providers:
+            return provider, providers[provider]
+        for name in sorted(providers):
+            if _same_provider(provider, name):
+                return name, providers[name]
         name = self.settings.default or LOCAL
         return name, self.named(name)
 

@@ -8,7 +8,9 @@ were all skipped is skipped itself, and its outgoing edges with it.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from enum import Enum
 
 from nodes.base import SUCCESS_HANDLE
@@ -26,6 +28,16 @@ class NodeState(Enum):
     RUNNING = "running"
     DONE = "done"
     SKIPPED = "skipped"
+
+
+@dataclass(slots=True)
+class Step:
+    """What one finished node changed: edges it took, nodes that became ready,
+    nodes that will never run (every way in was skipped)."""
+
+    taken: list[EdgeDef] = field(default_factory=list)
+    ready: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
 
 class Scheduler:
@@ -48,26 +60,28 @@ class Scheduler:
     def roots(self) -> list[str]:
         return [self.graph.start_id]
 
-    def complete(self, node_id: str, handles: Iterable[str] | None) -> list[str]:
-        """Record a finished node; returns the nodes that became ready, in edge order.
-
-        `handles` None means the success edges (`source`).
-        """
+    def complete(self, node_id: str, handles: Iterable[str] | None) -> Step:
+        """Record a finished node: its edges, then which nodes became ready (in
+        edge order) or were skipped. `handles` None means the success edges (`source`)."""
         chosen = frozenset(handles) if handles is not None else frozenset({SUCCESS_HANDLE})
         self._nodes[node_id] = NodeState.DONE
+        step = Step()
         for edge in self.graph.out_edges(node_id):
             taken = edge.handle in chosen
             self._set(edge, EdgeState.TAKEN if taken else EdgeState.SKIPPED)
-        return self._settle(e.target for e in self.graph.out_edges(node_id))
+            if taken:
+                step.taken.append(edge)
+        self._settle((e.target for e in self.graph.out_edges(node_id)), step)
+        return step
 
     def _set(self, edge: EdgeDef, state: EdgeState) -> None:
         self._edges[self._edge_index[id(edge)]] = state
 
-    def _settle(self, candidates: Iterable[str]) -> list[str]:
-        ready: list[str] = []
-        work = list(dict.fromkeys(candidates))
+    def _settle(self, candidates: Iterable[str], step: Step) -> None:
+        ready = step.ready
+        work = deque(dict.fromkeys(candidates))
         while work:
-            node_id = work.pop(0)
+            node_id = work.popleft()
             if self._nodes[node_id] is not NodeState.PENDING:
                 continue
             states = [self.edge_state(e) for e in self.graph.in_edges(node_id)]
@@ -79,7 +93,7 @@ class Scheduler:
                 continue
             # Every way in was skipped: skip this node and everything only it feeds.
             self._nodes[node_id] = NodeState.SKIPPED
+            step.skipped.append(node_id)
             for edge in self.graph.out_edges(node_id):
                 self._set(edge, EdgeState.SKIPPED)
                 work.append(edge.target)
-        return ready

@@ -14,39 +14,30 @@ from typing import Any, TextIO
 import locales
 from runtime import events as ev
 from runtime.messages import render_error
+from runtime.redaction import NO_SECRETS, Redactor
 
 
 @dataclass(slots=True)
 class Stats:
-    """Time to first token and token rate of the first LLM node that streamed."""
+    """Time to first token and token rate of the first model call that finished."""
 
-    attempt_started: dict[str, float] = field(default_factory=dict)
-    first_token_at: dict[str, float] = field(default_factory=dict)
     ttft: float | None = None
     rate: float | None = None
-    _chunks: dict[str, int] = field(default_factory=dict)
+    # node -> (its latest attempt's ttft, run time at that first token)
+    _first: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def observe(self, event: ev.Event) -> None:
-        if isinstance(event, ev.NodeStarted) and event.node_type == "llm":
-            self.attempt_started[event.node_id] = event.elapsed
-        elif isinstance(event, ev.NodeRetry) or (
-            isinstance(event, ev.NodeFallback) and event.kind == "swap"
+        if isinstance(event, ev.NodeFirstToken):
+            self._first[event.node_id] = (event.ttft, event.elapsed)
+        elif (
+            isinstance(event, ev.NodeSucceeded)
+            and self.ttft is None
+            and event.node_id in self._first
         ):
-            # A new attempt (or fallback target) starts: time its first token afresh.
-            self.attempt_started[event.node_id] = event.elapsed
-            self.first_token_at.pop(event.node_id, None)
-            self._chunks[event.node_id] = 0
-        elif isinstance(event, ev.NodeChunk):
-            self.first_token_at.setdefault(event.node_id, event.elapsed)
-            self._chunks[event.node_id] = self._chunks.get(event.node_id, 0) + 1
-        elif isinstance(event, ev.NodeSucceeded) and event.node_type == "llm" and self.ttft is None:
-            first = self.first_token_at.get(event.node_id)
-            if first is None:
-                return
-            self.ttft = first - self.attempt_started.get(event.node_id, 0.0)
-            usage = event.outputs.get("usage") or {}
-            tokens = usage.get("completion_tokens") or self._chunks.get(event.node_id, 0)
-            duration = event.elapsed - first
+            self.ttft, first_at = self._first[event.node_id]
+            usage = event.outputs.get("usage")
+            tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+            duration = event.elapsed - first_at
             self.rate = tokens / duration if duration > 0 and tokens else None
 
 
@@ -108,17 +99,26 @@ class WaitingLine:
 
 
 class HumanView:
-    def __init__(self, locale: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> None:
+    def __init__(
+        self,
+        locale: str,
+        out: TextIO = sys.stdout,
+        err: TextIO = sys.stderr,
+        calls_model: frozenset[str] = frozenset(),
+        redactor: Redactor = NO_SECRETS,
+    ) -> None:
         self.locale = locale
+        self.redact = redactor.text
         self.out = out
         self.err = err
+        self.calls_model = calls_model  # nodes that wait on a model server
         self.stats = Stats()
         self.waiting = WaitingLine(err, locale, enabled=err.isatty())
         self._streamed = False
 
     def show(self, event: ev.Event) -> None:
         self.stats.observe(event)
-        if isinstance(event, ev.NodeStarted) and event.node_type == "llm":
+        if isinstance(event, ev.NodeStarted) and event.node_id in self.calls_model:
             self.waiting.start_waiting()
         elif isinstance(event, ev.NodeWaiting):
             self.waiting.note(
@@ -126,9 +126,9 @@ class HumanView:
             )
         elif isinstance(event, ev.NodeFallback):
             self._fallback(event)
-        elif isinstance(event, ev.NodeChunk):
+        elif isinstance(event, ev.NodeFirstToken):
             self.waiting.clear()
-        elif isinstance(event, ev.AnswerChunk):
+        elif isinstance(event, ev.TextChunk):
             self.waiting.clear()
             self.out.write(terminal_safe(event.text))
             self.out.flush()
@@ -163,9 +163,9 @@ class HumanView:
                     error=render_error(event.error, self.locale, event.error_message),
                 )
             )
-        elif isinstance(event, ev.NodeSucceeded | ev.NodeException | ev.NodeFailed):
+        elif isinstance(event, ev.NodeFinished):
             self.waiting.clear()
-        elif isinstance(event, ev.TERMINAL_EVENTS):
+        elif isinstance(event, ev.WorkflowFinished):
             self._summary(event)
 
     def _fallback(self, event: ev.NodeFallback) -> None:
@@ -187,14 +187,14 @@ class HumanView:
         if self._streamed:
             self.out.write("\n")
             self._streamed = False
-        self.err.write(terminal_safe(text) + "\n")
+        self.err.write(terminal_safe(self.redact(text)) + "\n")
         self.err.flush()
 
-    def _summary(self, event: ev.Event) -> None:
+    def _summary(self, event: ev.WorkflowFinished) -> None:
         self.waiting.close()
         if self._streamed:
             self.out.write("\n")
-        outputs = getattr(event, "outputs", {})
+        outputs = event.outputs
         lines = [
             "",
             locales.t("cli.outputs", self.locale) + ":",
@@ -206,8 +206,10 @@ class HumanView:
             lines.append(
                 locales.t("cli.tokensPerSecond", self.locale, rate=f"{self.stats.rate:.1f}")
             )
+        if event.run.conversation_id:
+            lines.append(locales.t("cli.conversation", self.locale, id=event.run.conversation_id))
         lines.append(status_line(event, self.locale))
-        self.out.write(terminal_safe("\n".join(lines)) + "\n")
+        self.out.write(terminal_safe(self.redact("\n".join(lines))) + "\n")
         self.out.flush()
 
 
@@ -226,7 +228,7 @@ def status_line(event: ev.Event, locale: str) -> str:
         return locales.t("cli.status.succeeded", locale)
     if isinstance(event, ev.WorkflowPartialSucceeded):
         return locales.t("cli.status.partialSucceeded", locale, num=event.exceptions_count)
-    if isinstance(event, ev.WorkflowAborted):
+    if isinstance(event, ev.WorkflowStopped):
         return locales.t("cli.status.aborted", locale, reason=event.reason)
     assert isinstance(event, ev.WorkflowFailed)
     return locales.t(
@@ -234,15 +236,9 @@ def status_line(event: ev.Event, locale: str) -> str:
     )
 
 
-_ENVELOPE = ("event", "node_id", "node_type", "attempt", "elapsed")
-
-
 def json_line(event: ev.Event) -> str:
-    """One event as one JSON object: envelope fields on top, the rest under `data`."""
-    raw = event.to_dict()
-    line: dict[str, Any] = {key: raw.pop(key, None) for key in _ENVELOPE}
-    line["data"] = raw
-    return strict_json(line)
+    """One event as one line of JSON: Dify's streaming event (`event.to_dict()`)."""
+    return strict_json(event.to_dict())
 
 
 def strict_json(value: Any) -> str:

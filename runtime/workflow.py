@@ -1,25 +1,57 @@
-"""A loaded workflow: the validated graph, ready to run any number of times."""
+"""A loaded workflow: the validated graph and what the app declares around it
+(environment and conversation variables, file uploads), ready to run any
+number of times."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from connectors.hub import Connectors
 from nodes import start
+from nodes.files import FileRules
 from runtime.code_executors import build_code_executor
 from runtime.engine import WorkflowRun
+from runtime.environment import EnvVar
+from runtime.events import CHAT_MODE
 from runtime.graph import Graph, NodeDef
 from runtime.limits import RunLimits
 from runtime.route_clients import RouteClients
 from runtime.routes import ModelRoutes
+from runtime.session import DEFAULT_TURN_WAIT_S, DEFAULT_USER, RunOptions, open_session
 
 if TYPE_CHECKING:
     from nodes.base import Clients
+    from runtime.dsl_models import Document, FileUpload
     from runtime.settings import RuntimeSettings
     from sandbox.executor import CodeExecutor
+    from store.base import Store
+
+# Namespace of the ids firstgate derives for an app and a workflow version.
+_ID_NAMESPACE = uuid.UUID("6f1d0c9e-5b4a-4c1f-9a53-2f6b7f3e8d10")
+# A conversation's lease outlives the run's time limit by this much.
+_LEASE_MARGIN_S = 60.0
+_UNLIMITED_LEASE_S = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationVar:
+    name: str
+    value_type: str
+    default: Any
+
+
+@dataclass(frozen=True, slots=True)
+class FileUploadRules:
+    """`features.file_upload`: whether the app takes files in `sys.files`."""
+
+    enabled: bool = False
+    rules: FileRules = field(default_factory=FileRules)
+    limit: int | None = None
 
 
 @dataclass(slots=True)
@@ -27,19 +59,35 @@ class Workflow:
     name: str
     mode: str  # "workflow" | "advanced-chat"
     graph: Graph
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment_variables: list[EnvVar] = field(default_factory=list)
+    conversation_variables: list[ConversationVar] = field(default_factory=list)
+    file_upload: FileUploadRules = field(default_factory=FileUploadRules)
+    upload_config: dict[str, Any] = field(default_factory=dict)
+    # Dify's app id and workflow (version) id, derived: the app from its name and
+    # mode (conversations belong to it), the version from the graph's content.
+    app_id: str = ""
+    workflow_id: str = ""
+
+    @property
+    def chat(self) -> bool:
+        return self.mode == CHAT_MODE
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        """The environment variables' values as the DSL gives them."""
+        return {v.name: v.value for v in self.environment_variables}
 
     @property
     def start_node(self) -> NodeDef:
         return self.graph.nodes[self.graph.start_id]
 
     def llm_providers(self) -> set[str]:
-        """Providers of the model-calling nodes the run can reach."""
+        """Model providers the nodes the run can reach call (each node says which)."""
         return {
             provider
-            for n in self.graph.nodes.values()
-            if n.id in self.graph.reachable
-            for provider in n.spec.model_providers(n.data)
+            for node in self.graph.nodes.values()
+            if node.id in self.graph.reachable
+            for provider in node.needs.model_providers
         }
 
     def uses_code_executor(self) -> bool:
@@ -52,7 +100,7 @@ class Workflow:
 
     def prepare_inputs(
         self, inputs: Mapping[str, Any], query: str | None = None
-    ) -> tuple[dict[str, Any], str]:
+    ) -> tuple[dict[str, Any], str | None]:
         """Validated start inputs and sys.query.
 
         In an advanced-chat flow an input named `query` that the start node
@@ -61,34 +109,44 @@ class Workflow:
         data: start.Data = self.start_node.data  # type: ignore[assignment]
         values = dict(inputs)
         declared = start.output_names(data)
-        if (
-            query is None
-            and self.mode == "advanced-chat"
-            and "query" in values
-            and "query" not in declared
-        ):
+        if query is None and self.chat and "query" in values and "query" not in declared:
             query = str(values.pop("query"))
-        return start.validate_inputs(data, values), query or ""
+        return start.validate_inputs(data, values, self.upload_config), query
 
     def run(
         self,
         inputs: Mapping[str, Any] | None = None,
         *,
         query: str | None = None,
+        conversation_id: str | None = None,
+        user: str = DEFAULT_USER,
+        files: Sequence[Any] = (),
+        store: Store | None = None,
+        environ: Mapping[str, str] | None = None,
+        env_file_values: Mapping[str, str] | None = None,
         settings: RuntimeSettings | None = None,
         limits: RunLimits | None = None,
         max_workers: int = 16,
         run_id: str | None = None,
         clients: Clients | None = None,
+        turn_wait_s: float = DEFAULT_TURN_WAIT_S,
         code_executor: CodeExecutor | None = None,
     ) -> WorkflowRun:
         """Start a run; iterate the returned object for events, call `.abort()` to stop it.
 
+        A chatflow takes the user's message as `query`, continues conversation
+        `conversation_id` (a new one when None or unknown) for `user`, and keeps
+        its variables and history in `store` (without one it is a conversation
+        of one turn). `files` are `sys.files`: paths, http(s) URLs or File objects.
+        Environment variables come from `environ` (default: the process's
+        FIRSTGATE_ENV_<NAME>), then `env_file_values`, then the DSL.
         `settings` is the runtime settings file's content (`load_settings`);
         without it every provider is served by the embedded llama-server.
-        Raises start.InputError for inputs that do not fit the start node and
-        RouteError for a route whose credential variable is unset. `clients`
-        replaces the routes with your own provider of transport clients.
+
+        Raises start.InputError for inputs that do not fit, RouteError for a
+        route whose credential variable is unset, EnvVarError for a bad
+        environment value, StoreError when the conversation cannot be taken.
+        `clients` replaces the routes with your own provider of transport clients.
         `code_executor` (yours to start and close, shared by as many runs as you
         like) replaces the one the run builds from `settings.code_executor`
         and closes when it ends.
@@ -99,21 +157,96 @@ class Workflow:
             routes = ModelRoutes(settings)
             routes.check(providers)
             clients = RouteClients(routes)
+        limits = limits or RunLimits()
+        options = RunOptions(
+            query=sys_query,
+            conversation_id=conversation_id,
+            user_id=user,
+            files=files,
+            store=store,
+            environ=environ,
+            env_file_values=env_file_values,
+            turn_wait_s=turn_wait_s,
+            run_id=run_id,
+        )
+        lease = (
+            limits.max_run_seconds + _LEASE_MARGIN_S
+            if limits.max_run_seconds
+            else _UNLIMITED_LEASE_S
+        )
+        session = open_session(self, options, lease_seconds=lease)
         owns_executor = code_executor is None
         if code_executor is None:
             code_executor = build_code_executor(settings.code_executor if settings else None)
-        return WorkflowRun(
-            self.graph,
-            values,
-            environment=self.environment,
-            providers=providers,
-            query=sys_query,
-            clients=clients,
-            limits=limits or RunLimits(),
-            max_workers=max_workers,
-            run_id=run_id or str(uuid.uuid4()),
-            code_executor=code_executor,
-            owns_code_executor=owns_executor,
-            start_code_executor=self.uses_code_executor(),
-            connectors=Connectors.from_settings(settings),
+        try:
+            if files and not self.file_upload.enabled:
+                raise start.InputError("dsl.input.filesDisabled")
+            session.attach_files(self.file_upload.rules, self.file_upload.limit)
+            session.note_input_files(values)
+            return WorkflowRun(
+                self.graph,
+                values,
+                session=session,
+                providers=providers,
+                clients=clients,
+                limits=limits,
+                max_workers=max_workers,
+                connectors=Connectors.from_settings(settings),
+                code_executor=code_executor,
+                owns_code_executor=owns_executor,
+                start_code_executor=self.uses_code_executor(),
+            )
+        except BaseException:
+            session.close()
+            if owns_executor:
+                code_executor.close()
+            raise
+
+
+def _upload_rules(upload: FileUpload) -> FileUploadRules:
+    if upload.enabled:
+        rules = FileRules.from_config(
+            upload.allowed_file_types,
+            upload.allowed_file_extensions,
+            upload.allowed_file_upload_methods,
+            upload.fileUploadConfig,
         )
+        return FileUploadRules(True, rules, upload.number_limits or None)
+    if upload.image.enabled:
+        # Older exports: images only, configured under `image`.
+        rules = FileRules.from_config(
+            ["image"], (), upload.image.transfer_methods, upload.fileUploadConfig
+        )
+        return FileUploadRules(True, rules, upload.image.number_limits or None)
+    return FileUploadRules(False)
+
+
+def _derived_id(*parts: str) -> str:
+    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(parts)))
+
+
+def declarations(document: Document) -> dict[str, Any]:
+    """The `Workflow` fields that come from the document around the graph."""
+    section = document.workflow
+    upload = section.features.file_upload
+    content = json.dumps(
+        {
+            "graph": section.graph.model_dump(mode="json"),
+            "env": [v.model_dump(mode="json") for v in section.environment_variables],
+            "conversation": [v.model_dump(mode="json") for v in section.conversation_variables],
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return {
+        "environment_variables": [
+            EnvVar(v.name, v.value_type, v.value) for v in section.environment_variables
+        ],
+        "conversation_variables": [
+            ConversationVar(v.name, v.value_type, v.default) for v in section.conversation_variables
+        ],
+        "file_upload": _upload_rules(upload),
+        "upload_config": dict(upload.fileUploadConfig),
+        "app_id": _derived_id("app", document.app.mode, document.app.name),
+        "workflow_id": _derived_id("workflow", hashlib.sha256(content.encode()).hexdigest()),
+    }

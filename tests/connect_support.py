@@ -63,12 +63,7 @@ def run_events(
 
 def node_end(events: list[ev.Event], node_id: str = "n") -> ev.Event:
     """The event that ended `node_id` (succeeded, exception or failed)."""
-    ends = [
-        e
-        for e in events
-        if isinstance(e, ev.NodeSucceeded | ev.NodeException | ev.NodeFailed)
-        and e.node_id == node_id
-    ]
+    ends = [e for e in events if isinstance(e, ev.NodeFinished) and e.node_id == node_id]
     assert ends, f"node {node_id} never ended: {[type(e).__name__ for e in events]}"
     return ends[-1]
 

@@ -24,6 +24,7 @@ from runtime import load_workflow
 from runtime.settings import RuntimeSettings
 from runtime.settings.providers import ProviderRoute
 from tests.e2e.test_workflow_e2e import MAX_WORDS, first_token_delay, flow, long_text
+from tests.run_events import final
 
 MIN_EVAL_S = 3.0
 CALIBRATION_BUDGET_MS = 120_000
@@ -48,7 +49,7 @@ def calibrate(server: Any) -> tuple[str, float]:
     while True:
         doc = long_text(words)
         events = run(server, CALIBRATION_BUDGET_MS, doc, probe="off")
-        assert isinstance(events[-1], ev.WorkflowSucceeded), events[-1]
+        assert isinstance(final(events), ev.WorkflowSucceeded), final(events)
         ttft = first_token_delay(events)
         if ttft >= MIN_EVAL_S or words >= MAX_WORDS:
             return doc, ttft
@@ -62,10 +63,10 @@ def test_busy_slots_extend_a_short_budget_and_the_run_succeeds(llama_server: Any
         pytest.skip(f"prompt evaluation too fast to undercut ({ttft:.2f} s for {MAX_WORDS} words)")
     budget_s = max(0.25, ttft / 4)
     events = run(llama_server, int(budget_s * 1000), doc)  # probe: auto (the default)
-    final = events[-1]
-    assert isinstance(final, ev.WorkflowSucceeded), final
+    finished = final(events)
+    assert isinstance(finished, ev.WorkflowSucceeded), finished
     assert not [e for e in events if isinstance(e, ev.NodeException)]
-    answer = final.outputs["answer"]
+    answer = finished.outputs["answer"]
     assert answer.strip() and not answer.startswith("fallback:")
     waits = [e for e in events if isinstance(e, ev.NodeWaiting)]
     assert waits, "the watchdog never extended the wait"

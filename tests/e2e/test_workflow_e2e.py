@@ -29,6 +29,7 @@ from runtime import load_workflow
 from runtime.settings import RuntimeSettings
 from runtime.settings.providers import ProviderRoute
 from tests.e2e.signals import default_sigint
+from tests.run_events import final
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = "river stone cloud green seven table light north paper glass field morning".split()
@@ -41,7 +42,11 @@ def long_text(words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
-def flow(first_token_timeout_ms: int, *, max_tokens: int = 16) -> dict[str, Any]:
+def flow(
+    first_token_timeout_ms: int, *, max_tokens: int = 16, stream_text: bool = False
+) -> dict[str, Any]:
+    # With `stream_text` the end node also shows the LLM's text first: it streams token by token.
+    shown = [{"variable": "text", "value_selector": ["llm", "text"]}] if stream_text else []
     return {
         "version": "0.1.5",
         "kind": "app",
@@ -109,7 +114,8 @@ def flow(first_token_timeout_ms: int, *, max_tokens: int = 16) -> dict[str, Any]
                             "type": "end",
                             "title": "End",
                             "outputs": [
-                                {"variable": "answer", "value_selector": ["pick", "output"]}
+                                *shown,
+                                {"variable": "answer", "value_selector": ["pick", "output"]},
                             ],
                         },
                     },
@@ -143,7 +149,7 @@ def first_token_delay(events: list[ev.Event]) -> float:
     started = next(
         e.elapsed for e in events if isinstance(e, ev.NodeStarted) and e.node_id == "llm"
     )
-    first = next(e.elapsed for e in events if isinstance(e, ev.NodeChunk))
+    first = next(e.elapsed for e in events if isinstance(e, ev.NodeFirstToken))
     return first - started
 
 
@@ -154,7 +160,7 @@ def calibrated(llama_server: Any) -> tuple[str, float, list[ev.Event]]:
     while True:
         doc = long_text(words)
         events = run_flow(llama_server, 300_000, doc)
-        assert isinstance(events[-1], ev.WorkflowSucceeded), events[-1]
+        assert isinstance(final(events), ev.WorkflowSucceeded), final(events)
         ttft = first_token_delay(events)
         if ttft >= MIN_EVAL_S or words >= MAX_WORDS:
             return doc, ttft, events
@@ -162,19 +168,24 @@ def calibrated(llama_server: Any) -> tuple[str, float, list[ev.Event]]:
 
 
 def test_llm_node_streams_real_tokens(llama_server: Any) -> None:
-    events = run_flow(llama_server, 60_000, "The sky is blue.", max_tokens=24)
-    chunks = [e.text for e in events if isinstance(e, ev.NodeChunk)]
-    done = events[-1]
+    events = run_flow(llama_server, 60_000, "The sky is blue.", max_tokens=24, stream_text=True)
+    chunks = [e.text for e in events if isinstance(e, ev.TextChunk) and e.source_node_id == "llm"]
+    done = final(events)
     assert isinstance(done, ev.WorkflowSucceeded), done
     assert len(chunks) >= 2
     assert done.outputs["answer"] == "".join(chunks) and done.outputs["answer"].strip()
+    (llm_done,) = [e for e in events if isinstance(e, ev.NodeSucceeded) and e.node_id == "llm"]
+    # Token by token, while the node runs: every chunk is out before its node_finished.
+    assert events.index(llm_done) > max(
+        i for i, e in enumerate(events) if isinstance(e, ev.TextChunk) and e.source_node_id == "llm"
+    )
 
 
 def test_generous_budget_succeeds_on_the_long_prompt(
     calibrated: tuple[str, float, list[ev.Event]],
 ) -> None:
     _, ttft, events = calibrated
-    done = events[-1]
+    done = final(events)
     assert isinstance(done, ev.WorkflowSucceeded)
     assert not done.outputs["answer"].startswith("fallback:")
     assert ttft >= 1.0  # the prompt really took a while to evaluate
@@ -199,7 +210,7 @@ def test_short_budget_fires_near_the_budget_and_takes_the_fail_branch(
     # Near the budget, not at the end of the evaluation (which takes ttft seconds).
     assert budget_s <= fired_after < 2 * budget_s + 0.5
     assert fired_after < ttft
-    done = events[-1]
+    done = final(events)
     assert isinstance(done, ev.WorkflowPartialSucceeded)
     assert done.outputs["answer"] == "fallback: FirstTokenTimeoutError"
 
@@ -246,9 +257,9 @@ def test_cli_abort_during_prompt_evaluation_returns_promptly(
     reader.join(2)
     assert returned_after < 1.0, (returned_after, lines[-3:])
     assert proc.returncode != 0
-    assert not any('"node_chunk"' in line for line in lines)
-    assert '"workflow_aborted"' in lines[-1]  # the run reported its end
+    assert not any('"text_chunk"' in line for line in lines)
+    assert '"workflow_finished"' in lines[-1] and '"stopped"' in lines[-1]  # it reported its end
     # The server stays healthy: it answers the next request.
     assert httpx.get(f"{llama_server.root_url}/health", timeout=10).status_code == 200
     events = run_flow(llama_server, 120_000, "Hi.", max_tokens=8)
-    assert isinstance(events[-1], ev.WorkflowSucceeded), events[-1]
+    assert isinstance(final(events), ev.WorkflowSucceeded), final(events)

@@ -13,6 +13,7 @@ import yaml
 
 import locales
 from tests.fakes import llm_server as fake
+from tests.run_events import finished_line
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -63,16 +64,14 @@ def test_run_json_streams_events_and_exits_0(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     events = lines(result.stdout)
     assert events[0]["event"] == "workflow_started"
-    assert events[-1]["event"] == "workflow_succeeded"
-    assert events[-1]["data"]["outputs"] == {"answer": "Red, orange, yellow."}
-    chunks = [e for e in events if e["event"] == "node_chunk"]
-    assert [c["data"]["text"] for c in chunks] == ["Red, ", "orange, ", "yellow."]
-    assert all(
-        c["node_id"] == "llm" and c["node_type"] == "llm" and c["attempt"] == 1 for c in chunks
-    )
-    assert all(
-        set(e) == {"event", "node_id", "node_type", "attempt", "elapsed", "data"} for e in events
-    )
+    assert [e["event"] for e in events[-2:]] == ["workflow_finished", "message_end"]
+    assert events[-2]["data"]["status"] == "succeeded"
+    assert events[-2]["data"]["outputs"] == {"answer": "Red, orange, yellow."}
+    # A chatflow's text is Dify's `message` events, each token once.
+    chunks = [e for e in events if e["event"] == "message"]
+    assert [c["answer"] for c in chunks] == ["Red, ", "orange, ", "yellow."]
+    assert all(c["from_variable_selector"] == ["llm", "text"] for c in chunks)
+    assert len({e["conversation_id"] for e in events}) == 1
     assert body["messages"][-1] == {"role": "user", "content": "Colours?"}
     assert result.stderr == ""
 
@@ -111,8 +110,9 @@ def test_fail_branch_example_exits_0_partial(tmp_path: Path) -> None:
     events = lines(result.stdout)
     assert result.returncode == 0
     assert [e["event"] for e in events].count("node_retry") == 2
-    assert events[-1]["event"] == "workflow_partial_succeeded"
-    assert events[-1]["data"]["outputs"]["answer"].startswith(
+    done = finished_line(events)
+    assert done["data"]["status"] == "partial-succeeded"
+    assert done["data"]["outputs"]["answer"].startswith(
         "Sorry, the model did not answer (EmptyResponseError)"
     )
 
@@ -165,8 +165,8 @@ def test_invalid_inputs_exit_2_without_traceback(tmp_path: Path) -> None:
     )
     assert no_key.returncode == 2
     (line,) = lines(no_key.stdout)
-    assert line["event"] == "invalid_input"
-    assert "FG_TEST_UNSET_KEY" in line["data"]["error_message"]
+    assert (line["event"], line["status"], line["code"]) == ("error", 400, "invalid_param")
+    assert "FG_TEST_UNSET_KEY" in line["message"]
     for result in (missing, malformed, no_key):
         assert "Traceback" not in result.stderr + result.stdout
 
@@ -185,7 +185,7 @@ def test_validate_prints_all_problems_and_exits_2(tmp_path: Path) -> None:
         'node llm "Chat model" (llm): retry_config.max_retries must be an integer between 0 and 10, got "three"'
         in result.stderr
     )
-    assert 'unsupported node type "agent"' in result.stderr
+    assert 'node k "KB" (agent): node type "agent" is not supported yet' in result.stderr
     assert "connects node ghost, which does not exist" in result.stderr
     assert "Traceback" not in result.stderr
 

@@ -5,6 +5,7 @@ value written out in full."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from runtime import events as ev
+from runtime.terminal import json_line
 from runtime.yaml_reader import MAX_BYTES, MAX_DEPTH
 from tests.fakes import llm_server as fake
 from tests.integration.test_cli import EXAMPLES, ROOT, firstgate, models_file
@@ -262,10 +265,28 @@ workflow:
 """,
         encoding="utf-8",
     )
+    # A non-finite number is not a value a DSL number may take: refused at load,
+    # and the refusal itself is strict JSON.
     result = firstgate("run", str(flow), "--json")
-    assert result.returncode == 0, result.stderr
-    events = strict_lines(result.stdout)
-    assert events[-1]["data"]["outputs"] == {"huge": None, "odd": None}  # type: ignore[index]
+    assert result.returncode == 2, result.stderr
+    [line] = strict_lines(result.stdout)
+    assert line["event"] == "error" and "Infinity" in str(line["message"])
+    # Whatever else carries one (a tool's JSON, a plugin's variable) is written as null.
+    event = ev.WorkflowSucceeded(
+        run=ev.RunInfo(
+            task_id="t",
+            workflow_run_id="r",
+            workflow_id="w",
+            app_id="a",
+            mode="workflow",
+            user_id="u",
+            created_at=0,
+        ),
+        elapsed=0.0,
+        outputs={"huge": math.inf, "odd": [math.nan]},
+    )
+    [written] = strict_lines(json_line(event))
+    assert written["data"]["outputs"] == {"huge": None, "odd": [None]}  # type: ignore[index]
 
 
 HOSTILE_TOKENS = ["Hi \x1b[2J\x1b[H", "\x1b]0;pwned\x07there", "\r\x9b31mred\u202eevil\x7f"]
@@ -282,10 +303,12 @@ def test_control_characters_from_the_model_are_neutralised_for_people_only(
     for raw in ("\x1b", "\x07", "\x9b", "\u202e", "\x7f", "\r"):
         assert raw not in human.stdout and raw not in human.stderr, repr(raw)
     assert "Hi ␛[2J␛[H␛]0;pwned␇there\\x9b31mred\\u202eevil\u2421" in human.stdout
+    # Dify's chunks: a chatflow's `message` has the text as `answer`, a
+    # workflow's `text_chunk` as `data.text`.
     streamed = "".join(
-        str(e["data"]["text"])  # type: ignore[index]
+        str(e["answer"] if e["event"] == "message" else e["data"]["text"])  # type: ignore[index]
         for e in strict_lines(as_json.stdout)
-        if e["event"] in ("answer_chunk", "text_chunk", "message")
+        if e["event"] in ("text_chunk", "message")
     )
     assert streamed == "".join(HOSTILE_TOKENS)
 

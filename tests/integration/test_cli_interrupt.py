@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests.fakes import llm_server as fake
 from tests.integration.test_cli import EXAMPLES, ROOT, models_file
+from tests.run_events import finished_line
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:
@@ -54,7 +55,11 @@ def test_ctrl_c_aborts_the_run_and_reports_it(tmp_path: Path) -> None:
     assert took < 1.0
     assert proc.returncode == 1
     assert "Traceback" not in err
-    failed = [e for e in events if e["event"] == "node_failed"]
-    assert failed and failed[0]["data"]["error_type"] == "StreamCancelledError"
-    assert events[-1]["event"] == "workflow_aborted"
-    assert events[-1]["data"]["reason"] == "interrupted"
+    stopped = [
+        e for e in events if e["event"] == "node_finished" and e["data"]["status"] == "stopped"
+    ]
+    assert stopped and stopped[0]["data"]["error_type"] == "StreamCancelledError"
+    done = finished_line(events)
+    assert done["data"]["status"] == "stopped"
+    assert done["data"]["error"] == "interrupted"
+    assert events[-1]["event"] == "message_end"  # a stopped turn still ends its message

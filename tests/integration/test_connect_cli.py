@@ -24,6 +24,7 @@ from tests import documents
 from tests.fakes import mcp_server
 from tests.fakes.http_target import HttpTarget
 from tests.fakes.plugin_daemon import FakePluginDaemon
+from tests.run_events import finished_line
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOWS = ROOT / "tests" / "flows"
@@ -63,8 +64,9 @@ def run_json(
 
 
 def outputs(events: list[dict[str, Any]]) -> dict[str, Any]:
-    assert events and events[-1]["event"] == "workflow_succeeded", events[-1:]
-    return events[-1]["data"]["outputs"]
+    finished = finished_line(events)
+    assert finished["data"]["status"] == "succeeded", finished
+    return finished["data"]["outputs"]
 
 
 @pytest.mark.parametrize("name", CONNECT_FLOWS)
@@ -151,7 +153,8 @@ def test_a_plugin_tool_through_the_cli(daemon: FakePluginDaemon, tmp_path: Path)
     assert code == 0, text
     answer = outputs(events)["answer"]
     assert answer.startswith("Found: 1 result for rivers (")
-    assert '"query": "rivers"' in answer
+    # An array of objects in an answer is Dify's markdown list: "- " and each item.
+    assert "- {'query': 'rivers'" in answer
     [request] = daemon.requests
     assert request["headers"]["X-Plugin-ID"] == "acme/search"
     assert request["body"]["data"]["tool_parameters"] == {
@@ -195,17 +198,17 @@ def test_http_request_through_the_cli(target: HttpTarget, tmp_path: Path) -> Non
     # the optional number was not given: the body's hole is repaired, as Dify does
     assert json.loads(echoed["body"]) == {"subject": "printer on fire", "priority": "",
                                           "tags": ["web"]}  # fmt: skip
-    assert echoed["headers"]["authorization"] == "Bearer tok-not-a-real-secret-42"
-    # the key went to the server (which echoed it in its body), and nowhere
-    # into what the run itself reports: inputs, process data, errors
-    for event in events:
-        event["data"].pop("outputs", None)
+    # The key went to the server, which echoed it in its body; what the run
+    # reports (inputs, process data, errors, outputs too) has it masked.
+    assert target.requests[-1]["headers"]["authorization"] == "Bearer tok-not-a-real-secret-42"
+    assert echoed["headers"]["authorization"] == "Bearer ***"
     assert "tok-not-a-real-secret-42" not in json.dumps(events)
     # the same flow without the allow-list: refused, handled by the fail branch
     code, events, text = run_json(flow, {}, tmp_path, "subject=x")
     assert code == 0, text
-    assert events[-1]["event"] == "workflow_partial_succeeded"
-    assert events[-1]["data"]["outputs"]["error_type"] == "AddressRefusedError"
+    finished = finished_line(events)
+    assert finished["data"]["status"] == "partial-succeeded"
+    assert finished["data"]["outputs"]["error_type"] == "AddressRefusedError"
 
 
 def test_download_and_extract_through_the_cli(target: HttpTarget, tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ def test_a_binary_response_becomes_a_file(target: HttpTarget, tmp_path: Path) ->
     )
     out = final(run_events(document, routes(tmp_path))).outputs
     assert out["body"] == "" and out["status"] == 200
-    [file] = [f.to_dict() for f in out["files"]]
+    [file] = out["files"]
     assert file["filename"] == "pixel.png" and file["mime_type"] == "image/png"
     assert file["type"] == "image" and file["transfer_method"] == "tool_file"
     assert file["size"] == len(PNG)
@@ -58,7 +58,7 @@ def test_a_file_without_a_name_is_named_by_type(target: HttpTarget, tmp_path: Pa
     document = chain_flow(
         [("dl", "http-request", get(f"{target.url}/docs/report"))], {"files": ["dl", "files"]}
     )
-    [file] = [f.to_dict() for f in final(run_events(document, routes(tmp_path))).outputs["files"]]
+    [file] = final(run_events(document, routes(tmp_path))).outputs["files"]
     assert file["extension"] == ".pdf" and file["filename"].endswith(".pdf")
     assert file["type"] == "document"
 
@@ -81,7 +81,7 @@ def test_office_documents_are_files_and_xml_feeds_are_text(
         {"files": ["sheet", "files"], "feed": ["feed", "body"], "none": ["feed", "files"]},
     )
     out = final(run_events(document, routes(tmp_path))).outputs
-    assert [f.extension for f in out["files"]] == [".xlsx"]
+    assert [f["extension"] for f in out["files"]] == [".xlsx"]
     assert out["feed"] == "<rss><channel/></rss>" and out["none"] == []
 
 

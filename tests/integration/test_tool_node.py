@@ -37,6 +37,7 @@ from tests.connect_support import (
 )
 from tests.fakes import mcp_server
 from tests.fakes.plugin_daemon import PIXEL, FakePluginDaemon
+from tests.run_events import final
 
 PLUGIN = "langgenius/tavily/tavily"
 
@@ -63,10 +64,6 @@ def tool_flow(
 
 def constant(value: Any) -> dict[str, Any]:
     return {"type": "constant", "value": value}
-
-
-def final(events: list[ev.Event]) -> ev.Event:
-    return events[-1]
 
 
 # --- built-in time tools ---------------------------------------------------------------
@@ -275,7 +272,7 @@ def test_every_message_kind_becomes_dify_outputs(daemon: FakePluginDaemon, tmp_p
     assert out["text"] == "Hello worldLink: https://example.com/page\n"
     assert out["json"] == [{"answer": 42}]
     assert out["score"] == 0.5 and out["story"] == "once upon"
-    remote, image, pdf = [f.to_dict() for f in out["files"]]
+    remote, image, pdf = out["files"]  # Dify's serialized files
     assert remote["transfer_method"] == "remote_url"
     assert remote["remote_url"] == "https://example.com/cat.png" and remote["type"] == "image"
     assert image["transfer_method"] == "tool_file" and image["mime_type"] == "image/png"
@@ -311,9 +308,9 @@ def test_a_daemon_that_never_answers_is_bounded_too(daemon: FakePluginDaemon) ->
 def test_abort_unblocks_a_waiting_tool_call(daemon: FakePluginDaemon) -> None:
     run = load_workflow(plugin_flow("hang")).run({}, settings=daemon_settings(daemon, timeout_s=60))
     events = abort_once(run, lambda: daemon.requests)
-    assert isinstance(events[-1], ev.WorkflowAborted)
-    failed = [e for e in events if isinstance(e, ev.NodeFailed) and e.node_id == "n"]
-    assert failed and failed[0].error_type == "ToolCancelledError"
+    assert isinstance(final(events), ev.WorkflowStopped)
+    stopped = [e for e in events if isinstance(e, ev.NodeStopped) and e.node_id == "n"]
+    assert stopped and stopped[0].error_type == "ToolCancelledError"
 
 
 @pytest.mark.parametrize(
@@ -401,7 +398,7 @@ def test_mcp_content_kinds(mcp_url: str, tmp_path: Path) -> None:
         files={"dir": str(tmp_path)},
     )
     out = final(run_events(mcp_flow("picture", outputs={"f": ["n", "files"]}), routes)).outputs
-    [image] = [f.to_dict() for f in out["f"]]
+    [image] = out["f"]
     assert image["mime_type"] == "image/png" and image["type"] == "image"
     assert (tmp_path / f"{image['related_id']}.png").read_bytes() == mcp_server.PIXEL
     record = mcp_flow("record", {"name": "abc"}, outputs={"j": ["n", "json"], "t": ["n", "text"]})
@@ -447,9 +444,9 @@ def test_mcp_calls_are_time_bounded_and_abortable(mcp_url: str) -> None:
     run = load_workflow(mcp_flow("pause", {"seconds": 30})).run({}, settings=mcp_settings(mcp_url))
     began = time.monotonic()
     events = abort_once(run, lambda: time.monotonic() - began > 1.0)
-    assert isinstance(events[-1], ev.WorkflowAborted)
-    failed = [e for e in events if isinstance(e, ev.NodeFailed)]
-    assert failed and failed[0].error_type == "ToolCancelledError"
+    assert isinstance(final(events), ev.WorkflowStopped)
+    stopped = [e for e in events if isinstance(e, ev.NodeStopped)]
+    assert stopped and stopped[0].error_type == "ToolCancelledError"
 
 
 def test_mcp_calls_on_parallel_branches_run_side_by_side(mcp_url: str) -> None:

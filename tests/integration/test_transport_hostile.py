@@ -137,8 +137,12 @@ def test_the_cli_never_prints_the_key_from_an_error_frame(tmp_path: Path) -> Non
     for result in (as_json, human):
         assert result.returncode == 1, result.stderr
         assert SECRET not in result.stdout + result.stderr
-    failed = [e for e in lines(as_json.stdout) if e["event"] == "workflow_failed"]
-    assert failed and "***" in failed[0]["data"]["error_message"]
+    failed = [
+        e
+        for e in lines(as_json.stdout)
+        if e["event"] == "workflow_finished" and e["data"]["status"] == "failed"
+    ]
+    assert failed and "***" in failed[0]["data"]["error"]
     assert "rejected the credentials" in human.stderr + human.stdout
 
 
@@ -346,9 +350,13 @@ def test_the_settings_file_sets_a_routes_reply_cap(tmp_path: Path) -> None:
         flow = str(ROOT / "examples" / "chat.yml")
         result = firstgate("run", flow, "-i", "query=x", "--models", str(models), "--json")
     assert result.returncode == 1, result.stderr
-    failed = [e for e in lines(result.stdout) if e["event"] == "node_failed"]
+    failed = [
+        e
+        for e in lines(result.stdout)
+        if e["event"] == "node_finished" and e["data"]["status"] == "failed"
+    ]
     assert failed and failed[0]["data"]["error_type"] == "ReplyTooLargeError"
-    assert "50000 bytes" in failed[0]["data"]["error_message"]
+    assert "50000 bytes" in failed[0]["data"]["error"]
 
 
 def test_a_short_key_is_invalid_input_naming_its_variable(tmp_path: Path) -> None:
@@ -356,7 +364,13 @@ def test_a_short_key_is_invalid_input_naming_its_variable(tmp_path: Path) -> Non
     route = {"kind": "openai-compatible", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "K"}
     models.write_text(json.dumps({"providers": {"fake": route}, "default": "fake"}))
     result = firstgate(
-        "run", str(ROOT / "examples" / "chat.yml"), "--models", str(models), env={"K": "abc"}
+        "run",
+        str(ROOT / "examples" / "chat.yml"),
+        "--query",
+        "hi",
+        "--models",
+        str(models),
+        env={"K": "abc"},
     )
     assert result.returncode == 2
     assert "K is shorter than 4 characters" in result.stderr and "Traceback" not in result.stderr

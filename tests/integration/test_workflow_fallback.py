@@ -22,6 +22,7 @@ from runtime.breakers import reset_shared_breakers
 from runtime.settings import load_settings
 from tests.fakes import llm_server as fake
 from tests.integration.test_cli import firstgate, lines
+from tests.run_events import final
 
 CHAT = "/v1/chat/completions"
 
@@ -130,7 +131,7 @@ def test_stalled_primary_swaps_to_the_fallback_whose_text_is_the_output(tmp_path
     assert swap.reason == "FirstTokenTimeoutError"  # the swap says why
     assert swap.message == "primary failed (FirstTokenTimeoutError); switching to backup."
     assert swap.message_key == "watchdog.fallback.swap" and swap.attempt == 1
-    done = events[-1]
+    done = final(events)
     assert isinstance(done, ev.WorkflowSucceeded), done
     assert done.outputs == {"answer": "from backup"}
     (succeeded,) = [e for e in of(events, ev.NodeSucceeded) if e.node_id == "llm"]
@@ -138,9 +139,9 @@ def test_stalled_primary_swaps_to_the_fallback_whose_text_is_the_output(tmp_path
     assert succeeded.process_data["fallback_failures"] == [
         {"target": "primary", "error_type": "FirstTokenTimeoutError"}
     ]
-    # The chunks say which target produced them.
-    assert {c.target for c in of(events, ev.NodeChunk)} == {"backup"}
-    assert {a.target for a in of(events, ev.AnswerChunk) if a.from_node_id == "llm"} == {"backup"}
+    # The first-token events and the streamed text say which target produced them.
+    assert {c.target for c in of(events, ev.NodeFirstToken)} == {"backup"}
+    assert {a.target for a in of(events, ev.TextChunk) if a.source_node_id == "llm"} == {"backup"}
     assert 0.4 <= took < 3.0
 
 
@@ -154,14 +155,14 @@ def test_chunks_of_a_failed_target_are_marked_and_superseded(tmp_path: Path) -> 
         flow = flow_doc(invocation={"idle_timeout_ms": 300})
         events = run_yaml(tmp_path, flow, models_doc(primary, backup))
     swap_at = events.index(next(e for e in of(events, ev.NodeFallback) if e.kind == "swap"))
-    before = [e for e in events[:swap_at] if isinstance(e, ev.NodeChunk)]
-    after = [e for e in events[swap_at:] if isinstance(e, ev.NodeChunk)]
+    before = [e for e in events[:swap_at] if isinstance(e, ev.TextChunk) and e.source_node_id]
+    after = [e for e in events[swap_at:] if isinstance(e, ev.TextChunk) and e.source_node_id]
     assert [(c.target, c.text) for c in before] == [("primary", "t0 "), ("primary", "t1 ")]
     assert [(c.target, c.text) for c in after] == [("backup", "clean")]
     assert of(events, ev.NodeFallback)[1].reason == "IdleTimeoutError"
-    final = events[-1]
-    assert isinstance(final, ev.WorkflowSucceeded)
-    assert final.outputs == {"answer": "clean"}
+    done = final(events)
+    assert isinstance(done, ev.WorkflowSucceeded)
+    assert done.outputs == {"answer": "clean"}
     (succeeded,) = [e for e in of(events, ev.NodeSucceeded) if e.node_id == "llm"]
     assert succeeded.outputs["text"] == "clean"
 
@@ -176,7 +177,7 @@ def test_a_bad_request_on_the_primary_does_not_swap(tmp_path: Path) -> None:
     assert kinds(events) == [("cap", "primary")]
     (handled,) = of(events, ev.NodeException)
     assert handled.error_type == "BadRequestError"
-    assert events[-1].outputs == {"answer": "BadRequestError"}
+    assert final(events).outputs == {"answer": "BadRequestError"}
 
 
 def test_retry_walks_the_whole_chain_again(tmp_path: Path) -> None:
@@ -206,9 +207,9 @@ def test_retry_walks_the_whole_chain_again(tmp_path: Path) -> None:
     assert swaps == [(n, "FirstTokenTimeoutError") for n in (1, 2, 3)]
     warnings = [e for e in of(events, ev.NodeFallback) if e.kind == "config_warning"]
     assert [(w.reason, w.target) for w in warnings] == [("unknown_target", "nobody")]
-    final = events[-1]
-    assert isinstance(final, ev.WorkflowSucceeded), final
-    assert final.outputs == {"answer": "third"}
+    done = final(events)
+    assert isinstance(done, ev.WorkflowSucceeded), done
+    assert done.outputs == {"answer": "third"}
     (succeeded,) = [e for e in of(events, ev.NodeSucceeded) if e.node_id == "llm"]
     assert succeeded.attempt == 3 and succeeded.process_data["route"] == "backup"
 
@@ -264,10 +265,10 @@ def test_abort_during_a_fallback_attempt_cancels_it_within_a_second(tmp_path: Pa
         # The backup attempt was in flight when the abort came.
         assert (chats(primary), chats(backup)) == (1, 1)
     assert after_abort < 1.0
-    (failed,) = [e for e in of(events, ev.NodeFailed) if e.node_id == "llm"]
-    assert failed.error_type == "StreamCancelledError"
+    (stopped,) = [e for e in of(events, ev.NodeStopped) if e.node_id == "llm"]
+    assert stopped.error_type == "StreamCancelledError"
     assert not of(events, ev.NodeRetry)  # an abort is not retried
-    assert isinstance(events[-1], ev.WorkflowAborted)
+    assert isinstance(final(events), ev.WorkflowStopped)
 
 
 def test_breaker_opens_across_runs_and_its_skip_is_an_event(tmp_path: Path) -> None:
@@ -293,7 +294,7 @@ def test_breaker_opens_across_runs_and_its_skip_is_an_event(tmp_path: Path) -> N
     assert kinds(third) == [("breaker_skip", "primary"), ("cap", "backup")]
     skip = of(third, ev.NodeFallback)[0]
     assert skip.reason == "breaker_open" and skip.params["failures"] == 2
-    assert third[-1].outputs == {"answer": "ok"}
+    assert final(third).outputs == {"answer": "ok"}
 
 
 def test_same_busy_local_host_is_skipped_unless_allowed(tmp_path: Path) -> None:
@@ -318,7 +319,7 @@ def test_same_busy_local_host_is_skipped_unless_allowed(tmp_path: Path) -> None:
     with fake.FakeLLMServer(scenarios) as server:
         allowed = run_yaml(tmp_path, flow_doc(), models(server, allow=True))
         assert chats(server) == 2
-    assert allowed[-1].outputs == {"answer": "same host"}
+    assert final(allowed).outputs == {"answer": "same host"}
 
 
 def test_cli_prints_fallback_events_in_json_and_as_notes(tmp_path: Path) -> None:
@@ -341,7 +342,7 @@ def test_cli_prints_fallback_events_in_json_and_as_notes(tmp_path: Path) -> None
         ("cap", "backup"),
     ]
     swap = swaps[1]
-    assert swap["node_id"] == "llm" and swap["attempt"] == 1
+    assert swap["data"]["node_id"] == "llm" and swap["data"]["attempt"] == 1
     assert swap["data"]["reason"] == "FirstTokenTimeoutError"
     assert swap["data"]["message_key"] == "watchdog.fallback.swap"
     assert swap["data"]["params"] == {
@@ -388,8 +389,8 @@ def test_buffered_answer_text_of_a_failed_target_is_never_streamed(tmp_path: Pat
         }
         events = run_yaml(tmp_path, flow, models)
     assert ("swap", "backup") in kinds(events)
-    streamed = "".join(e.text for e in of(events, ev.AnswerChunk) if e.node_id == "ans")
+    streamed = "".join(e.text for e in of(events, ev.TextChunk) if e.node_id == "ans")
     assert streamed == "s1s2|c1c2"
-    assert events[-1].outputs == {"answer": "s1s2|c1c2"}
-    live = [e for e in of(events, ev.AnswerChunk) if e.from_node_id == "llm"]
+    assert final(events).outputs == {"answer": "s1s2|c1c2"}
+    live = [e for e in of(events, ev.TextChunk) if e.source_node_id == "llm"]
     assert live and {e.target for e in live} == {"backup"}

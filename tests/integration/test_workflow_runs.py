@@ -14,6 +14,7 @@ from runtime import events as ev
 from runtime.settings import RuntimeSettings
 from runtime.settings.providers import ProviderRoute
 from tests.fakes import llm_server as fake
+from tests.run_events import final
 
 
 def llm_node(node_id: str, **extra: Any) -> dict[str, Any]:
@@ -90,9 +91,9 @@ def test_retry_then_success_keeps_only_the_successful_attempts_text() -> None:
     (done,) = of(events, ev.NodeSucceeded, "llm")
     assert done.attempt == 2
     assert done.outputs["text"] == "Hello"
-    assert {c.attempt for c in of(events, ev.NodeChunk, "llm")} == {1, 2}
-    assert isinstance(events[-1], ev.WorkflowSucceeded)
-    assert events[-1].outputs == {"answer": "Hello"}
+    assert {c.attempt for c in of(events, ev.NodeFirstToken, "llm")} == {1, 2}
+    assert isinstance(final(events), ev.WorkflowSucceeded)
+    assert final(events).outputs == {"answer": "Hello"}
 
 
 def test_retry_exhausted_then_fail_branch() -> None:
@@ -117,10 +118,10 @@ def test_retry_exhausted_then_fail_branch() -> None:
     }
     assert not of(events, ev.NodeStarted, "ok")  # the success branch is skipped
     assert of(events, ev.NodeSucceeded, "sorry")
-    final = events[-1]
-    assert isinstance(final, ev.WorkflowPartialSucceeded)
-    assert final.exceptions_count == 1
-    assert final.outputs == {"answer": "sorry: EmptyResponseError"}
+    done = final(events)
+    assert isinstance(done, ev.WorkflowPartialSucceeded)
+    assert done.exceptions_count == 1
+    assert done.outputs == {"answer": "sorry: EmptyResponseError"}
 
 
 def test_default_value_runs_the_normal_edges() -> None:
@@ -138,8 +139,8 @@ def test_default_value_runs_the_normal_edges() -> None:
     assert handled.strategy == "default-value"
     assert handled.outputs["text"] == "fallback"
     assert handled.outputs["error_type"] == "BadRequestError"
-    assert isinstance(events[-1], ev.WorkflowPartialSucceeded)
-    assert events[-1].outputs == {"answer": "fallback (BadRequestError)"}
+    assert isinstance(final(events), ev.WorkflowPartialSucceeded)
+    assert final(events).outputs == {"answer": "fallback (BadRequestError)"}
 
 
 def test_no_strategy_fails_the_workflow_with_the_nodes_error() -> None:
@@ -152,9 +153,9 @@ def test_no_strategy_fails_the_workflow_with_the_nodes_error() -> None:
     (failed,) = of(events, ev.NodeFailed)
     assert failed.error_type == "AuthorizationError"
     assert not of(events, ev.NodeStarted, "ans")
-    final = events[-1]
-    assert isinstance(final, ev.WorkflowFailed)
-    assert final.error_type == "AuthorizationError"
+    done = final(events)
+    assert isinstance(done, ev.WorkflowFailed)
+    assert done.error_type == "AuthorizationError"
 
 
 def test_first_token_timeout_routes_to_fail_branch() -> None:
@@ -176,7 +177,7 @@ def test_first_token_timeout_routes_to_fail_branch() -> None:
     (handled,) = of(events, ev.NodeException)
     assert handled.error_type == "FirstTokenTimeoutError"
     assert handled.outputs["error_type"] == "FirstTokenTimeoutError"
-    assert events[-1].outputs == {"answer": "FirstTokenTimeoutError"}
+    assert final(events).outputs == {"answer": "FirstTokenTimeoutError"}
 
 
 def test_streaming_reaches_the_answer_before_the_node_finishes_with_fail_branch() -> None:
@@ -192,12 +193,12 @@ def test_streaming_reaches_the_answer_before_the_node_finishes_with_fail_branch(
         events = run_all(doc, server)
     done_at = events.index(of(events, ev.NodeSucceeded, "llm")[0])
     streamed = [
-        i for i, e in enumerate(events) if isinstance(e, ev.AnswerChunk) and e.from_node_id == "llm"
+        i for i, e in enumerate(events) if isinstance(e, ev.TextChunk) and e.source_node_id == "llm"
     ]
     assert streamed and streamed[0] < done_at
-    text = "".join(e.text for e in of(events, ev.AnswerChunk, "ans"))
+    text = "".join(e.text for e in of(events, ev.TextChunk, "ans"))
     assert text == "A: one two three"
-    assert not of(events, ev.AnswerChunk, "sorry")
+    assert not of(events, ev.TextChunk, "sorry")
 
 
 def test_parallel_branches_overlap_in_time() -> None:
@@ -213,7 +214,7 @@ def test_parallel_branches_overlap_in_time() -> None:
     took = time.monotonic() - started
     assert arrivals[1] - arrivals[0] < 0.3  # the second request did not wait for the first
     assert took < 0.5 * 2 - 0.1  # less than the two streams back to back
-    assert events[-1].outputs == {"answer": "xxxxx|xxxxx"}
+    assert final(events).outputs == {"answer": "xxxxx|xxxxx"}
     (join_started,) = of(events, ev.NodeStarted, "join")
     assert events.index(join_started) > max(
         events.index(of(events, ev.NodeSucceeded, n)[0]) for n in "ab"
@@ -241,12 +242,12 @@ def test_abort_cancels_an_in_flight_stream_within_a_second() -> None:
         run = load_workflow(doc).run({"query": "hi"}, settings=routes(server))
         events, after_abort = _abort_when_streaming(run, "llm", 0.3)
     assert after_abort < 1.0
-    (failed,) = of(events, ev.NodeFailed, "llm")
-    assert failed.error_type == "StreamCancelledError"
+    (stopped,) = of(events, ev.NodeStopped, "llm")
+    assert stopped.error_type == "StreamCancelledError"
     assert not of(events, ev.NodeRetry)  # an abort is not retried
-    assert isinstance(events[-1], ev.WorkflowAborted)
-    assert events[-1].reason == "test abort"
-    assert run.status == "aborted"
+    assert isinstance(final(events), ev.WorkflowStopped)
+    assert final(events).reason == "test abort"
+    assert run.status == "stopped"
 
 
 def test_abort_interrupts_the_retry_interval() -> None:
@@ -262,7 +263,7 @@ def test_abort_interrupts_the_retry_interval() -> None:
                 started = time.monotonic()
         assert time.monotonic() - started < 1.5
         assert len(server.requests) == 1
-    assert isinstance(events[-1], ev.WorkflowAborted)
+    assert isinstance(final(events), ev.WorkflowStopped)
 
 
 def test_max_run_time_stops_a_blocked_node() -> None:
@@ -271,11 +272,11 @@ def test_max_run_time_stops_a_blocked_node() -> None:
     with fake.FakeLLMServer(fake.headers_then_silence(30)) as server:
         events = run_all(doc, server, limits=RunLimits(max_run_seconds=0.5))
     assert time.monotonic() - started < 2.5
-    final = events[-1]
-    assert isinstance(final, ev.WorkflowFailed)
-    assert final.error_type == "LimitExceededError"
-    assert "time limit" in final.error_message
-    assert of(events, ev.NodeFailed, "llm")[0].error_type == "StreamCancelledError"
+    done = final(events)
+    assert isinstance(done, ev.WorkflowFailed)
+    assert done.error_type == "LimitExceededError"
+    assert "time limit" in (done.error_message or "")
+    assert of(events, ev.NodeStopped, "llm")[0].error_type == "StreamCancelledError"
 
 
 @pytest.mark.parametrize("legacy", [True, False])
@@ -291,6 +292,6 @@ def test_gate_budgets_never_reach_the_model(legacy: bool) -> None:
     with fake.FakeLLMServer(fake.withhold_headers(0.4, fake.tokens(["ok"]))) as server:
         events = run_all(doc, server)
         body = server.requests[0].json()
-    assert isinstance(events[-1], ev.WorkflowSucceeded)
+    assert isinstance(final(events), ev.WorkflowSucceeded)
     assert "first_token_timeout_ms" not in str(body)
     assert body.get("temperature") == 0.3

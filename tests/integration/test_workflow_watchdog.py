@@ -20,6 +20,7 @@ from tests.fakes import llm_server as fake
 from tests.fakes import probe_server as ps
 from tests.integration.test_cli import firstgate, lines
 from tests.integration.test_workflow_fallback import flow_doc, of, run_yaml, write_yaml
+from tests.run_events import final, finished_line
 
 CHAT = "/v1/chat/completions"
 # Prompt text long enough that the estimate in the waiting message is not tiny.
@@ -62,9 +63,9 @@ def test_busy_probe_extends_the_wait_and_the_waiting_event_reaches_the_run(
     tokens = done.process_data["prompt_tokens_estimate"]
     assert first.params["prompt_tokens"] == f"{tokens:,}" and tokens > 250
     assert 0.4 <= first.wait_elapsed < 1.2
-    final = events[-1]
-    assert isinstance(final, ev.WorkflowSucceeded), final
-    assert final.outputs == {"answer": "finally"}
+    done = final(events)
+    assert isinstance(done, ev.WorkflowSucceeded), done
+    assert done.outputs == {"answer": "finally"}
     assert 1.5 <= took < 4.0
 
 
@@ -99,11 +100,12 @@ def test_cli_json_prints_the_waiting_event(tmp_path: Path) -> None:
     events = lines(result.stdout)
     waits = [e for e in events if e["event"] == "node_waiting"]
     assert waits, result.stdout
-    assert waits[0]["node_id"] == "llm" and waits[0]["attempt"] == 1
+    assert waits[0]["data"]["node_id"] == "llm" and waits[0]["data"]["attempt"] == 1
     assert waits[0]["data"]["message_key"] == "watchdog.waiting"
     assert waits[0]["data"]["target"] == "primary"
-    assert events[-1]["event"] == "workflow_succeeded"
-    assert events[-1]["data"]["outputs"] == {"answer": "late"}
+    done = finished_line(events)
+    assert done["data"]["status"] == "succeeded"
+    assert done["data"]["outputs"] == {"answer": "late"}
 
 
 def test_probe_defaults_per_route_kind_and_yaml_off() -> None:

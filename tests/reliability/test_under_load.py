@@ -16,6 +16,7 @@ from runtime import events as ev
 from runtime import load_workflow
 from tests.fakes import llm_server as fake
 from tests.reliability import support
+from tests.run_events import final
 
 WORKFLOWS = 200
 STALL_EVERY = 10  # 10% stall
@@ -89,7 +90,7 @@ def test_stalls_time_out_on_budget_while_the_healthy_ones_finish(
             seen_after = handled.elapsed - started.elapsed  # as the run's events report it
             assert fired_after >= BUDGET_S, (index, fired_after)  # never early
             late.append((index, fired_after, seen_after))
-            assert isinstance(events[-1], ev.WorkflowPartialSucceeded)
+            assert isinstance(final(events), ev.WorkflowPartialSucceeded)
         else:
             errors = [
                 repr(getattr(e, "error", None))
@@ -97,8 +98,8 @@ def test_stalls_time_out_on_budget_while_the_healthy_ones_finish(
                 for e in events
                 if getattr(e, "error", None)
             ]
-            assert isinstance(events[-1], ev.WorkflowSucceeded), (index, events[-1], errors)
-            assert events[-1].outputs == {"answer": REPLY}
+            assert isinstance(final(events), ev.WorkflowSucceeded), (index, final(events), errors)
+            assert final(events).outputs == {"answer": REPLY}
     assert len(late) == WORKFLOWS // STALL_EVERY
     too_late = [entry for entry in late if entry[1] >= 2 * BUDGET_S or entry[2] >= 2 * BUDGET_S]
     assert not too_late, too_late

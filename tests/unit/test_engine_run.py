@@ -95,6 +95,11 @@ def run(
     return list(load_workflow(document).run(inputs or {"q": "hi"}, clients=clients, **kw))
 
 
+def final(events: list[ev.Event]) -> ev.WorkflowFinished:
+    """The run's end (a chatflow's turn goes on with message_end after it)."""
+    return next(e for e in reversed(events) if isinstance(e, ev.WorkflowFinished))
+
+
 def started(events: list[ev.Event]) -> list[str]:
     return [e.node_id for e in events if isinstance(e, ev.NodeStarted)]
 
@@ -149,12 +154,15 @@ def test_if_else_branch_taken_and_the_other_skipped_all_the_way_to_the_join() ->
 def test_scheduler_join_waits_for_every_taken_branch() -> None:
     workflow = load_workflow(BRANCHY)
     scheduler = Scheduler(workflow.graph)
-    assert scheduler.complete("start", None) == ["branch"]
-    assert scheduler.complete("branch", {"false"}) == ["t_no"]
+    assert scheduler.complete("start", None).ready == ["branch"]
+    step = scheduler.complete("branch", {"false"})
+    assert step.ready == ["t_no"]
+    assert [e.target for e in step.taken] == ["t_no"]
+    assert step.skipped == ["t_yes"]
     assert scheduler.node_state("t_yes") is NodeState.SKIPPED
-    assert scheduler.complete("t_no", None) == ["after_no"]
+    assert scheduler.complete("t_no", None).ready == ["after_no"]
     assert scheduler.node_state("join") is NodeState.PENDING  # after_no is still running
-    assert scheduler.complete("after_no", None) == ["join"]
+    assert scheduler.complete("after_no", None).ready == ["join"]
 
 
 def test_a_node_whose_every_input_was_skipped_is_skipped_and_so_is_what_it_feeds() -> None:
@@ -201,7 +209,7 @@ def test_retry_sleeps_the_interval_between_attempts() -> None:
     clients = FakeClients(fails(RuntimeError("once")), says("ok"))
     events = run(document, clients)
     (retry,) = [e for e in events if isinstance(e, ev.NodeRetry)]
-    chunk = next(e for e in events if isinstance(e, ev.NodeChunk))
+    chunk = next(e for e in events if isinstance(e, ev.NodeFirstToken))
     assert chunk.elapsed - retry.elapsed >= 0.28
     assert retry.retry_interval_ms == 300 and retry.error_type == "RuntimeError"
     assert chunk.attempt == 2
@@ -283,14 +291,17 @@ def test_answer_does_not_stream_past_an_undecided_branch() -> None:
         mode="advanced-chat",
     )
     events = run(document, FakeClients(says("no", " way")))
-    assert not [e for e in events if isinstance(e, ev.AnswerChunk)]
+    assert not [e for e in events if isinstance(e, ev.TextChunk)]
     events = run(document, FakeClients(says("yes", "!")))
-    branch_done = next(
-        i for i, e in enumerate(events) if isinstance(e, ev.NodeSucceeded) and e.node_id == "branch"
+    branch_started, branch_done = (
+        next(i for i, e in enumerate(events) if isinstance(e, kind) and e.node_id == "branch")
+        for kind in (ev.NodeStarted, ev.NodeSucceeded)
     )
-    chunks = [(i, e.text) for i, e in enumerate(events) if isinstance(e, ev.AnswerChunk)]
+    chunks = [(i, e.text) for i, e in enumerate(events) if isinstance(e, ev.TextChunk)]
     assert "".join(t for _, t in chunks) == "said: yes!"
-    assert all(i > branch_done for i, _ in chunks)
+    # As in Dify's if-else streaming test: the held text goes out once the branch
+    # has chosen, right before the branch's own node_finished.
+    assert [i for i, _ in chunks] == list(range(branch_started + 1, branch_done))
 
 
 def test_answer_chunks_keep_template_order_across_parallel_llms() -> None:
@@ -310,15 +321,15 @@ def test_answer_chunks_keep_template_order_across_parallel_llms() -> None:
         return says("f1", "f2")(messages)
 
     events = run(document, FakeClients(by_prompt))
-    text = "".join(e.text for e in events if isinstance(e, ev.AnswerChunk))
+    text = "".join(e.text for e in events if isinstance(e, ev.TextChunk))
     assert text == "[s1s2|f1f2]"
-    assert events[-1].outputs == {"answer": "[s1s2|f1f2]"}
+    assert final(events).outputs == {"answer": "[s1s2|f1f2]"}
     # The fast branch finished first, yet its text waited for the slow one's.
     fast_done = next(
         i for i, e in enumerate(events) if isinstance(e, ev.NodeSucceeded) and e.node_id == "fast"
     )
     first_chunk = next(
-        i for i, e in enumerate(events) if isinstance(e, ev.AnswerChunk) and e.text == "s1"
+        i for i, e in enumerate(events) if isinstance(e, ev.TextChunk) and e.text == "s1"
     )
     assert fast_done < first_chunk
 
@@ -342,10 +353,10 @@ def test_chunks_that_arrive_before_their_turn_are_buffered_not_lost() -> None:
         )  # b1 arrives while "first" still streams
 
     events = run(document, FakeClients(reply))
-    pieces = [e for e in events if isinstance(e, ev.AnswerChunk)]
+    pieces = [e for e in events if isinstance(e, ev.TextChunk)]
     assert "".join(p.text for p in pieces) == "a1a2|b1b2b3"
-    assert [p.text for p in pieces if p.from_node_id == "second"] == ["b1", "b2", "b3"]
-    assert all(p.attempt == 1 for p in pieces if p.from_node_id)
+    assert [p.text for p in pieces if p.source_node_id == "second"] == ["b1", "b2", "b3"]
+    assert all(p.attempt == 1 for p in pieces if p.source_node_id)
 
 
 def test_run_limits_are_checked_where_they_are_made() -> None:

@@ -75,12 +75,13 @@ def test_end_reads_selectors() -> None:
     assert end.run(data, ctx({("a", "b"): {"c": 5}})).outputs == {"o": 5}
 
 
-def test_answer_renders_variables_objects_as_json_and_missing_as_empty() -> None:
+def test_answer_renders_variables_as_dify_markdown_and_missing_as_empty() -> None:
     data = answer.Data.model_validate(
-        {"type": "answer", "answer": "{{#a.x#}}-{{#a.obj#}}-{{#a.none#}}!"}
+        {"type": "answer", "answer": "{{#a.x#}}-{{#a.obj#}}-{{#a.list#}}-{{#a.none#}}!"}
     )
-    result = answer.run(data, ctx({("a", "x"): 1, ("a", "obj"): {"k": "ü"}}))
-    assert result.outputs == {"answer": '1-{"k": "ü"}-!'}
+    values = {("a", "x"): 1, ("a", "obj"): {"k": "ü"}, ("a", "list"): ["p", "q"]}
+    result = answer.run(data, ctx(values))
+    assert result.outputs == {"answer": '1-{\n  "k": "ü"\n}-- p\n- q-!'}
 
 
 def test_selector_parsing() -> None:
@@ -159,7 +160,7 @@ def test_llm_prompt_with_context_and_jinja2() -> None:
         }
     )
     values = {("kb", "result"): [{"content": "a"}, {"content": "b"}], ("s", "who"): "Bo"}
-    assert llm.build_messages(data, Vars(values)) == [
+    assert llm.messages_for(data, NodeContext("n", 1, Vars(values), CancelToken())) == [
         {"role": "system", "content": "Use: a\nb"},
         {"role": "user", "content": "Hi Bo"},
         {"role": "assistant", "content": "Bo?"},

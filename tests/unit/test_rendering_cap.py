@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from nodes import jinja
-from nodes.base import render_selectors
+from nodes.base import NodeContext
+from nodes.cancel import CancelToken
 from nodes.llm import Data as LLMData
-from nodes.llm import build_messages
+from nodes.llm import messages_for
 from nodes.rendering import MAX_RENDERED_CHARS, RenderedTooLongError, TextBudget
+from nodes.values import render_text
 from runtime import events as ev
 from tests.unit.test_engine_run import FakeClients, doc, edge, llm, node, run, says
 
@@ -29,6 +31,10 @@ class Values:
 
     def get(self, selector: tuple[str, ...]) -> Any:
         return self.values.get(tuple(selector))
+
+
+def build_messages(data: LLMData, variables: Values) -> list[dict[str, Any]]:
+    return messages_for(data, NodeContext("llm", 1, variables, CancelToken()))
 
 
 def peak_of(action: Callable[[], object]) -> int:
@@ -49,14 +55,14 @@ def test_the_cap_is_dify_template_limit_and_one_constant() -> None:
 def test_substitution_fails_before_building_the_whole_text() -> None:
     template = "{{#n.big#}}" * 3000
     variables = Values({("n", "big"): BIG})
-    peak = peak_of(lambda: render_selectors(template, variables))
+    peak = peak_of(lambda: render_text(template, variables))
     # The cap plus one value, not 3,000 values.
     assert peak < 4 * MAX_RENDERED_CHARS, peak
 
 
 def test_the_error_says_how_much_and_the_limit() -> None:
     with pytest.raises(RenderedTooLongError) as info:
-        render_selectors("{{#n.big#}}" * 5, Values({("n", "big"): BIG}))
+        render_text("{{#n.big#}}" * 5, Values({("n", "big"): BIG}))
     assert str(info.value) == (
         f"the template rendered 500000 characters, more than the limit of {MAX_RENDERED_CHARS}"
     )
@@ -91,9 +97,9 @@ def test_jinja_output_is_checked_while_it_is_produced() -> None:
 
 def test_a_shared_budget_counts_every_text_against_one_cap() -> None:
     budget = TextBudget(limit=10)
-    render_selectors("12345", Values({}), budget)
+    render_text("12345", Values({}), budget)
     with pytest.raises(RenderedTooLongError):
-        render_selectors("123456", Values({}), budget)
+        render_text("123456", Values({}), budget)
 
 
 def test_an_answer_fails_at_the_cap_and_streams_no_more_than_the_cap() -> None:
@@ -107,12 +113,30 @@ def test_an_answer_fails_at_the_cap_and_streams_no_more_than_the_cap() -> None:
         mode="advanced-chat",
     )
     events = run(document, FakeClients(says(*big_reply)))
-    streamed = sum(len(e.text) for e in events if isinstance(e, ev.AnswerChunk))
+    streamed = sum(len(e.text) for e in events if isinstance(e, ev.TextChunk))
     assert streamed == MAX_RENDERED_CHARS
     failed = [e for e in events if isinstance(e, ev.NodeFailed)]
     assert [e.node_id for e in failed] == ["answer"]
     assert failed[0].error_type == "RenderedTooLongError"
-    assert isinstance(events[-1], ev.WorkflowFailed)
+    # A chatflow's failed run ends as Dify's does: workflow_finished, then `error`.
+    assert isinstance(events[-2], ev.WorkflowFailed)
+    assert isinstance(events[-1], ev.ErrorEvent) and events[-1].code == "invalid_param"
+
+
+def test_the_messages_of_a_prompt_share_one_cap() -> None:
+    data = LLMData.model_validate(
+        {
+            "type": "llm",
+            "model": {"provider": "p", "name": "m"},
+            "prompt_template": [
+                {"role": "system", "text": "{{#n.big#}}"},
+                {"role": "user", "text": "{{#n.big#}}"},
+            ],
+        }
+    )
+    # Each message alone fits (250 KB); the prompt (500 KB) does not.
+    with pytest.raises(RenderedTooLongError):
+        build_messages(data, Values({("n", "big"): "b" * 250_000}))
 
 
 NAMES = st.sampled_from(["a", "b1", "a.b", "_x", "a._b", "a.__class__", "not", "x.in", "a.", "1"])

@@ -1,0 +1,258 @@
+"""Variable assigner: writes conversation variables.
+
+Version 1 (`assigned_variable_selector`, `input_variable_selector`,
+`write_mode` over-write / append / clear) writes one variable; version 2
+(`items`) applies a list of operations in order: over-write, clear, set,
+append, extend, remove-first, remove-last, +=, -=, *=, /=. Each value is
+checked against the variable's declared type, as Dify checks it. The writes
+take effect when the node succeeds (`NodeResult.updates`); the runtime keeps
+them with the conversation when the turn succeeds.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field
+
+from nodes.base import Needs, NodeContext, NodeResult, NodeRunError, VariableReader
+from nodes.config import BaseNodeData, DslModel, OptionalSelector
+from nodes.selectors import Selector
+
+TYPE = "assigner"
+SUPPORTS_RETRY = False
+
+Operation = Literal[
+    "over-write",
+    "clear",
+    "set",
+    "append",
+    "extend",
+    "remove-first",
+    "remove-last",
+    "+=",
+    "-=",
+    "*=",
+    "/=",
+]
+_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
+    "+=": operator.add,
+    "-=": operator.sub,
+    "*=": operator.mul,
+    "/=": operator.truediv,
+}
+_ARRAY_ONLY = frozenset({"append", "extend", "remove-first", "remove-last"})
+
+
+def _version(value: Any) -> str:
+    return str(value) if value not in (None, "") else "1"
+
+
+class Item(DslModel):
+    variable_selector: OptionalSelector = None
+    input_type: Literal["variable", "constant"] = "variable"
+    operation: Operation = "over-write"
+    value: Any = None
+
+
+class Data(BaseNodeData):
+    version: Annotated[str, BeforeValidator(_version)] = "1"
+    # Version 1.
+    assigned_variable_selector: OptionalSelector = None
+    input_variable_selector: OptionalSelector = None
+    write_mode: Literal["over-write", "append", "clear"] = "over-write"
+    # Version 2.
+    items: list[Item] = Field(default_factory=list)
+
+    @property
+    def operations(self) -> list[Item]:
+        if self.version == "1" and not self.items:
+            if self.assigned_variable_selector is None:
+                return []
+            return [
+                Item(
+                    variable_selector=self.assigned_variable_selector,
+                    input_type="variable",
+                    operation=self.write_mode,
+                    value=self.input_variable_selector,
+                )
+            ]
+        return list(self.items)
+
+
+def _value_selector(item: Item) -> Selector | None:
+    if item.input_type != "variable" or item.operation in ("clear", "remove-first", "remove-last"):
+        return None
+    value = item.value
+    if (
+        isinstance(value, list | tuple)
+        and len(value) >= 2
+        and all(isinstance(v, str) for v in value)
+    ):
+        return tuple(value)
+    return None
+
+
+def selectors(data: Data) -> list[Selector]:
+    found: list[Selector] = []
+    for item in data.operations:
+        if item.variable_selector is not None:
+            found.append(item.variable_selector)
+        source = _value_selector(item)
+        if source is not None:
+            found.append(source)
+    return found
+
+
+def output_names(data: Data) -> set[str]:
+    return set()
+
+
+def needs(data: Data) -> Needs:
+    return Needs(
+        writes=frozenset(
+            item.variable_selector for item in data.operations if item.variable_selector
+        )
+    )
+
+
+def written(data: Data) -> list[Selector]:
+    """The variables this node writes (the loader checks they are declared)."""
+    return [item.variable_selector for item in data.operations if item.variable_selector]
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    selector: Selector
+    name: str
+    value_type: str
+
+
+def _declared_type(variables: VariableReader, selector: Selector, current: Any) -> str:
+    declared = getattr(variables, "value_type", None)
+    found = declared(selector) if callable(declared) else None
+    if found:
+        return str(found)
+    return _type_of(current)
+
+
+def _type_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array[any]"
+    return "string"
+
+
+def _fits(value_type: str, value: Any) -> bool:
+    def number(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool)
+
+    checks: dict[str, Callable[[Any], bool]] = {
+        "string": lambda v: isinstance(v, str),
+        "secret": lambda v: isinstance(v, str),
+        "number": number,
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "object": lambda v: isinstance(v, dict),
+    }
+    if value_type in checks:
+        return checks[value_type](value)
+    if value_type.startswith("array"):
+        if not isinstance(value, list):
+            return False
+        return all(_fits_item(value_type, item) for item in value)
+    return True
+
+
+def _fits_item(array_type: str, item: Any) -> bool:
+    inner = array_type[len("array[") : -1] if array_type.startswith("array[") else "any"
+    return inner in ("any", "file") or _fits(inner, item)
+
+
+def empty_value(value_type: str) -> Any:
+    """What `clear` leaves: the empty value of the declared type."""
+    if value_type.startswith("array"):
+        return []
+    return {"string": "", "secret": "", "number": 0, "integer": 0, "boolean": False}.get(
+        value_type, {} if value_type == "object" else None
+    )
+
+
+def _bad_value(target: _Target, value: Any) -> NodeRunError:
+    return NodeRunError(
+        "errors.assigner.valueType",
+        variable=target.name,
+        type=target.value_type,
+        got=type(value).__name__,
+    )
+
+
+def _apply(target: _Target, item: Item, current: Any, value: Any) -> Any:
+    op = item.operation
+    kind = target.value_type
+    unsupported = NodeRunError(
+        "errors.assigner.operation", operation=op, variable=target.name, type=kind
+    )
+    if op == "clear":
+        return empty_value(kind)
+    if op in ("over-write", "set"):
+        if not _fits(kind, value):
+            raise _bad_value(target, value)
+        return value
+    if op in _ARRAY_ONLY:
+        if not kind.startswith("array"):
+            raise unsupported
+        items = list(current or [])
+        if op == "remove-first":
+            return items[1:]
+        if op == "remove-last":
+            return items[:-1]
+        if op == "append":
+            if not _fits_item(kind, value):
+                raise _bad_value(target, value)
+            return [*items, value]
+        if not isinstance(value, list) or not _fits(kind, value):
+            raise _bad_value(target, value)
+        return [*items, *value]
+    # Arithmetic.
+    if kind not in ("number", "integer"):
+        raise unsupported
+    if not _fits("number", value):
+        raise _bad_value(target, value)
+    if op == "/=" and value == 0:
+        raise NodeRunError("errors.assigner.divideByZero", variable=target.name)
+    return _ARITHMETIC[op](current or 0, value)
+
+
+def run(data: Data, ctx: NodeContext) -> NodeResult:
+    updates: dict[Selector, Any] = {}
+    changed: list[dict[str, Any]] = []
+    for item in data.operations:
+        selector = item.variable_selector
+        if selector is None:
+            raise NodeRunError("errors.assigner.noVariable")
+        # A later item sees what an earlier one wrote.
+        current = updates[selector] if selector in updates else ctx.variables.get(selector)
+        target = _Target(
+            selector, ".".join(selector[1:]), _declared_type(ctx.variables, selector, current)
+        )
+        source = _value_selector(item)
+        value = ctx.variables.get(source) if source is not None else item.value
+        updates[selector] = _apply(target, item, current, value)
+        changed.append(
+            {
+                "name": target.name,
+                "selector": list(selector),
+                "value_type": target.value_type,
+                "new_value": updates[selector],
+            }
+        )
+    return NodeResult(outputs={}, updates=updates, process_data={"updated_variables": changed})

@@ -1,0 +1,42 @@
+"""Keeping secrets out of everything a run shows: events, the terminal, the store.
+
+The secrets are the values of the workflow's `secret` environment variables.
+Every event the engine yields, every line the CLI prints and every record the
+store keeps passes through a `Redactor`. The rule itself (which echoed forms of
+a secret are removed, what replaces them, how short a secret may be) is the
+transport's, `plugin_daemon_client.redaction`: one rule for credentials and
+secrets alike. This module walks values (dicts, lists) with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from plugin_daemon_client.redaction import Redactor as TextRedactor
+
+
+class Redactor:
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._text = TextRedactor(secrets)
+
+    def __bool__(self) -> bool:
+        return bool(self._text.secrets)
+
+    def text(self, value: str) -> str:
+        return self._text.redact(value)
+
+    def value(self, value: Any) -> Any:
+        """`value` with every string in it redacted (dicts, lists and tuples walked)."""
+        if not self:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.value(k): self.value(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.value(v) for v in value]
+        return value
+
+
+NO_SECRETS = Redactor()
