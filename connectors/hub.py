@@ -32,6 +32,9 @@ class Connectors:
     """
 
     settings: Any = None
+    # Runs `workflow` tools: set by the runtime (it runs workflows; nothing
+    # here can). `.run(provider_id, inputs, timeout_s=, cancel=) -> outputs`.
+    workflow_tools: Any = None
     _http: GuardedHttp | None = field(default=None, init=False, repr=False)
     _files_dir: Path | None = field(default=None, init=False, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False)

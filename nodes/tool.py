@@ -20,10 +20,11 @@ Providers: `builtin` with a provider built in here (`time`, also under its
 plugin id `langgenius/time/time`) runs locally; any other `builtin` or
 `plugin` provider (`org/plugin/provider`) goes to the plugin daemon of the
 runtime settings; `mcp` names a server of `tools.mcp_servers` by its id.
-`api` tools run when the runtime settings name the provider's OpenAPI
-document (`tools.api_providers`), else they are refused at load time by
-name, as `workflow`, `app` and `dataset-retrieval` tools always are: those
-are defined in a Dify database, not in the export.
+`api` and `workflow` tools are defined in a Dify database, not in the
+export: they run when the runtime settings define them (an OpenAPI document
+in `tools.api_providers`, a workflow file in `tools.workflow_providers`),
+else they are refused at load time by name, as `app` and
+`dataset-retrieval` tools always are.
 Every call is bounded by `tools.timeout_s`; a failure is a typed error the
 node's retry and error strategy handle.
 """
@@ -53,7 +54,7 @@ SUPPORTS_RETRY = True
 InputType = Literal["mixed", "variable", "constant"]
 _INPUT_TYPES = ("mixed", "variable", "constant")
 # Tools whose definitions live in a Dify database, not in the export.
-_DATABASE_PROVIDERS = ("workflow", "app", "dataset-retrieval")
+_DATABASE_PROVIDERS = ("app", "dataset-retrieval")
 FIXED_OUTPUTS = frozenset({"text", "files", "json"})
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -140,8 +141,21 @@ class Data(BaseNodeData):
     @model_validator(mode="after")
     def _provider_runs_here(self, info: ValidationInfo) -> Data:
         provider = self.provider_name or self.provider_id
+        settings = (info.context or {}).get("settings")
         if self.provider_type == "api":
-            return self._api_defined(provider, (info.context or {}).get("settings"))
+            return self._api_defined(provider, settings)
+        if self.provider_type == "workflow":
+            tools = getattr(settings, "tools", None)
+            if self.provider_id not in (getattr(tools, "workflow_providers", None) or {}):
+                raise dsl_error(
+                    "dsl.tool.workflowNeedsDefinition",
+                    "the tool provider {provider} is a Dify workflow tool, defined in a Dify "
+                    "database and not in the export: name its workflow file in the runtime "
+                    "settings (tools.workflow_providers.{id}) to run it",
+                    provider=provider,
+                    id=self.provider_id,
+                )
+            return self
         if self.provider_type in _DATABASE_PROVIDERS:
             raise dsl_error(
                 "dsl.tool.databaseProvider",
@@ -226,7 +240,7 @@ def output_names(data: Data) -> set[str]:
     properties = (data.output_schema or {}).get("properties")
     if isinstance(properties, Mapping):
         names.update(str(name) for name in properties)
-    if data.provider_type != "api" and not data.runs_locally:
+    if data.provider_type not in ("api", "workflow") and not data.runs_locally:
         names.add(ANY_OUTPUT)  # a plugin or MCP tool may set variables of its own
     return names
 
@@ -328,7 +342,10 @@ def collect(messages: Iterable[ToolMessage], ctx: NodeContext) -> dict[str, Any]
                 got.variables[message.name] = got.variables.get(message.name, "") + message.value
             else:
                 got.variables[message.name] = message.value
-        # log, retriever resources and in-process file messages carry nothing here
+        elif kind is MessageType.FILE:
+            if isinstance(message.meta.get("file"), File):  # in-process: a workflow tool's
+                got.files.append(message.meta["file"])
+        # log and retriever-resource messages carry nothing into the outputs
     return got.outputs()
 
 

@@ -23,6 +23,7 @@ from runtime.limits import RunLimits
 from runtime.route_clients import RouteClients
 from runtime.routes import ModelRoutes
 from runtime.session import DEFAULT_TURN_WAIT_S, DEFAULT_USER, RunOptions, open_session
+from runtime.workflow_tools import WorkflowTools
 
 if TYPE_CHECKING:
     from nodes.base import Clients
@@ -191,7 +192,7 @@ class Workflow:
                 clients=clients,
                 limits=limits,
                 max_workers=max_workers,
-                connectors=Connectors.from_settings(settings),
+                connectors=_connectors(settings, clients, code_executor),
                 code_executor=code_executor,
                 owns_code_executor=owns_executor,
                 start_code_executor=self.uses_code_executor(),
@@ -201,6 +202,15 @@ class Workflow:
             if owns_executor:
                 code_executor.close()
             raise
+
+
+def _connectors(
+    settings: RuntimeSettings | None, clients: Clients, code_executor: CodeExecutor
+) -> Connectors:
+    connectors = Connectors.from_settings(settings)
+    # A workflow tool runs another workflow with this run's routes and executor.
+    connectors.workflow_tools = WorkflowTools(settings, clients, code_executor)
+    return connectors
 
 
 def _upload_rules(upload: FileUpload) -> FileUploadRules:

@@ -11,13 +11,16 @@ tools:
     my-server-id: {url: http://127.0.0.1:8000/mcp, headers_env: {Authorization: MCP_AUTH}}
   api_providers:                # provider_id of an `api` tool node -> OpenAPI document
     7c2d...: {openapi: ./weather.yaml, auth: {type: header, name: X-Api-Key, key_env: WX_KEY}}
+  workflow_providers:           # provider_id of a `workflow` tool node -> a DSL file
+    1f9e...: {file: ./flows/summarize.yml}
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from connectors.api_tools import ApiSchemaError, parse_openapi
 from nodes.config import DslModel, dsl_error
@@ -81,6 +84,18 @@ class ApiProviderSettings(DslModel):
         )
 
 
+def _existing_file(value: Any) -> str:
+    if not isinstance(value, str) or not Path(value).expanduser().is_file():
+        raise dsl_error("dsl.settings.noSuchFile", "no such file: {path}", path=str(value)[:200])
+    return value
+
+
+class WorkflowProviderSettings(DslModel):
+    """A `workflow` tool provider: a DSL file run as the tool."""
+
+    file: Annotated[str, BeforeValidator(_existing_file)]
+
+
 class ToolsSettings(DslModel):
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
     # A file a tool returns (a blob, an image) may not be bigger than this.
@@ -90,3 +105,5 @@ class ToolsSettings(DslModel):
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
     # An `api` tool node's provider_id -> its OpenAPI document and key.
     api_providers: dict[str, ApiProviderSettings] = Field(default_factory=dict)
+    # A `workflow` tool node's provider_id -> the workflow (a DSL file) it runs.
+    workflow_providers: dict[str, WorkflowProviderSettings] = Field(default_factory=dict)
