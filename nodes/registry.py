@@ -25,6 +25,7 @@ from nodes import (
     if_else,
     knowledge_retrieval,
     llm,
+    parameter_extractor,
     question_classifier,
     start,
     template_transform,
@@ -50,8 +51,6 @@ class NodeSpec:
     needs: Callable[[BaseNodeData], Needs]
     # Response nodes: the text and variables they stream, in order.
     template: Callable[[BaseNodeData], list[Segment]] | None = None
-    # Runs code through `ctx.code_executor` (the runtime starts it with the run).
-    uses_code_executor: bool = False
     # A branch node's handles under the default-value strategy (None: the success edges).
     default_handles: Callable[[BaseNodeData, dict[str, Any]], frozenset[str]] | None = None
 
@@ -80,7 +79,6 @@ def _spec(module: ModuleType, type_name: str) -> NodeSpec:
         handles=getattr(module, "handles", _success_only),
         needs=getattr(module, "needs", _no_needs),
         template=template,
-        uses_code_executor=getattr(module, "USES_CODE_EXECUTOR", False),
         default_handles=getattr(module, "default_handles", None),
     )
 
@@ -91,6 +89,7 @@ MODULES: tuple[ModuleType, ...] = (
     answer,
     llm,
     question_classifier,
+    parameter_extractor,
     if_else,
     template_transform,
     variable_aggregator,
@@ -112,7 +111,6 @@ NODE_TYPES: dict[str, NodeSpec] = {
 # with one message per such node, naming the type and the node.
 KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
     {
-        "parameter-extractor",
         "list-operator",
         "iteration",
         "loop",

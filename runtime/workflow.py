@@ -94,9 +94,7 @@ class Workflow:
     def uses_code_executor(self) -> bool:
         """Whether a node the run can reach runs code (so the executor starts with the run)."""
         return any(
-            n.spec.uses_code_executor
-            for n in self.graph.nodes.values()
-            if n.id in self.graph.reachable
+            n.needs.code_executor for n in self.graph.nodes.values() if n.id in self.graph.reachable
         )
 
     def prepare_inputs(
