@@ -32,17 +32,9 @@ from connectors.guarded_http import (
 )
 from connectors.net_policy import NetworkPolicy
 from connectors.tool_messages import ToolError, ToolMessage, json_message, text
-from connectors.tool_parameters import ParamType, ToolParameter, prepare
+from connectors.tool_parameters import ParamType, ToolParameter, prepare, schema_type
 
 _METHODS = ("get", "post", "put", "patch", "delete", "head", "options")
-_SCHEMA_TYPES = {
-    "string": ParamType.STRING,
-    "integer": ParamType.NUMBER,
-    "number": ParamType.NUMBER,
-    "boolean": ParamType.BOOLEAN,
-    "array": ParamType.ARRAY,
-    "object": ParamType.OBJECT,
-}
 
 
 class ApiSchemaError(ToolError):
@@ -81,11 +73,6 @@ class ApiOperation:
         return [ToolParameter(p.name, p.kind, p.required, p.default) for p in self.params]
 
 
-def _kind(schema: Any) -> ParamType:
-    kind = schema.get("type") if isinstance(schema, Mapping) else None
-    return _SCHEMA_TYPES.get(str(kind), ParamType.ANY)
-
-
 def _resolve(document: Mapping[str, Any], node: Any, depth: int = 0) -> Any:
     """A local `$ref` (`#/components/...`), followed at most a few levels."""
     while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and depth < 8:
@@ -116,7 +103,7 @@ def _body(document: Mapping[str, Any], operation: Mapping[str, Any]) -> tuple[st
     properties = schema.get("properties") if isinstance(schema, Mapping) else None
     required = set(schema.get("required") or ()) if isinstance(schema, Mapping) else set()
     params = [
-        _Param(str(name), "body", name in required, _kind(_resolve(document, prop)),
+        _Param(str(name), "body", name in required, schema_type(_resolve(document, prop)),
                (prop or {}).get("default") if isinstance(prop, Mapping) else None)
         for name, prop in (properties or {}).items()
     ]  # fmt: skip
@@ -149,7 +136,7 @@ def parse_openapi(document: Any, provider: str) -> tuple[str, dict[str, ApiOpera
                 default = schema.get("default") if isinstance(schema, Mapping) else None
                 params.append(
                     _Param(str(param["name"]), str(param.get("in", "query")),
-                           bool(param.get("required")), _kind(schema), default)
+                           bool(param.get("required")), schema_type(schema), default)
                 )  # fmt: skip
             body_type, body_params = _body(document, operation)
             name = _operation_name(method, str(path), operation)

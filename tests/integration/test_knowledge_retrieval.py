@@ -88,11 +88,19 @@ def test_index_cli_takes_the_path_from_settings_and_refuses_without_one(
     assert "--index PATH" in missing.stderr and "Traceback" not in missing.stderr
 
 
-def test_local_dataset_through_the_node(docs: Path, tmp_path: Path) -> None:
+@pytest.fixture
+def local_index(docs: Path, tmp_path: Path) -> Path:
+    """The documents of `docs` in a local index."""
     index = tmp_path / "kb.sqlite"
     LocalIndex(index, create=True).update(docs)
+    return index
+
+
+def test_local_dataset_through_the_node(local_index: Path) -> None:
     routes = settings(
-        knowledge={"datasets": {"ds1": {"kind": "local", "index": str(index), "name": "Notes"}}}
+        knowledge={
+            "datasets": {"ds1": {"kind": "local", "index": str(local_index), "name": "Notes"}}
+        }
     )
     events = run_events(kr_flow(["ds1"]), routes, q="why is the sky blue")
     result = events[-1].outputs["result"]
@@ -109,10 +117,8 @@ def test_local_dataset_through_the_node(docs: Path, tmp_path: Path) -> None:
     assert scores == sorted(scores, reverse=True)
 
 
-def test_local_metadata_filter_and_threshold(docs: Path, tmp_path: Path) -> None:
-    index = tmp_path / "kb.sqlite"
-    LocalIndex(index, create=True).update(docs)
-    routes = settings(knowledge={"datasets": {"ds1": {"kind": "local", "index": str(index)}}})
+def test_local_metadata_filter_and_threshold(local_index: Path) -> None:
+    routes = settings(knowledge={"datasets": {"ds1": {"kind": "local", "index": str(local_index)}}})
     manual = {
         "metadata_filtering_mode": "manual",
         "metadata_filtering_conditions": {
@@ -185,16 +191,12 @@ def test_external_api_request_shape_and_result(tmp_path: Path, monkeypatch: Any)
         assert "kb-secret-123" not in json.dumps([e.to_dict() for e in events], default=str)
 
 
-def test_multiple_mode_merges_datasets_and_single_mode_picks_the_best(
-    docs: Path, tmp_path: Path
-) -> None:
-    index = tmp_path / "kb.sqlite"
-    LocalIndex(index, create=True).update(docs)
+def test_multiple_mode_merges_datasets_and_single_mode_picks_the_best(local_index: Path) -> None:
     with KnowledgeApi([{"content": "zebra stripes", "title": "Zebra", "metadata": {}}]) as api:
         routes = settings(
             knowledge={
                 "datasets": {
-                    "local": {"kind": "local", "index": str(index)},
+                    "local": {"kind": "local", "index": str(local_index)},
                     "ext": {"kind": "external", "endpoint": api.endpoint, "knowledge_id": "k"},
                 }
             }
@@ -212,15 +214,13 @@ def test_multiple_mode_merges_datasets_and_single_mode_picks_the_best(
         assert len(titles) == 2 and titles[0] == "Zebra"
 
 
-def test_single_mode_takes_the_dataset_with_the_best_hit(docs: Path, tmp_path: Path) -> None:
-    index = tmp_path / "kb.sqlite"
-    LocalIndex(index, create=True).update(docs)
+def test_single_mode_takes_the_dataset_with_the_best_hit(local_index: Path) -> None:
     sky = [{"content": "zebra stripes in the sky", "title": "Striped sky", "metadata": {}}]
     with KnowledgeApi(sky) as api:
         routes = settings(
             knowledge={
                 "datasets": {
-                    "local": {"kind": "local", "index": str(index)},
+                    "local": {"kind": "local", "index": str(local_index)},
                     "ext": {"kind": "external", "endpoint": api.endpoint, "knowledge_id": "k"},
                 }
             }
@@ -233,10 +233,8 @@ def test_single_mode_takes_the_dataset_with_the_best_hit(docs: Path, tmp_path: P
         assert [r["title"] for r in events[-1].outputs["result"]] == ["Striped sky"]
 
 
-def test_or_conditions_and_the_answer_size_cap(docs: Path, tmp_path: Path) -> None:
-    index = tmp_path / "kb.sqlite"
-    LocalIndex(index, create=True).update(docs)
-    routes = settings(knowledge={"datasets": {"ds1": {"kind": "local", "index": str(index)}}})
+def test_or_conditions_and_the_answer_size_cap(local_index: Path) -> None:
+    routes = settings(knowledge={"datasets": {"ds1": {"kind": "local", "index": str(local_index)}}})
     either = {
         "metadata_filtering_mode": "manual",
         "metadata_filtering_conditions": {
