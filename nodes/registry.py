@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from nodes import (
+    agent,
     answer,
     assigner,
     code,
@@ -90,6 +91,7 @@ MODULES: tuple[ModuleType, ...] = (
     llm,
     question_classifier,
     parameter_extractor,
+    agent,
     if_else,
     template_transform,
     variable_aggregator,
@@ -114,7 +116,6 @@ KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
         "list-operator",
         "iteration",
         "loop",
-        "agent",
         "human-input",
         "datasource",
         "knowledge-index",

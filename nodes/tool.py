@@ -103,6 +103,85 @@ def _as_input(value: Any) -> ToolInput | None:
     return None
 
 
+def check_provider(
+    provider_type: str,
+    provider_id: str,
+    provider_name: str,
+    tool_name: str,
+    *,
+    settings: Any = None,
+) -> None:
+    """Refuse, by name, a tool this runtime cannot run (a Dify database tool the
+    runtime settings do not define, a built-in provider that is not built in
+    here, a built-in tool it lacks)."""
+    provider = provider_name or provider_id
+    tools = getattr(settings, "tools", None)
+    if provider_type == "api":
+        _check_api_tool(provider, provider_id, tool_name, tools)
+        return
+    if provider_type == "workflow":
+        if provider_id not in (getattr(tools, "workflow_providers", None) or {}):
+            raise dsl_error(
+                "dsl.tool.workflowNeedsDefinition",
+                "the tool provider {provider} is a Dify workflow tool, defined in a Dify "
+                "database and not in the export: name its workflow file in the runtime "
+                "settings (tools.workflow_providers.{id}) to run it",
+                provider=provider,
+                id=provider_id,
+            )
+        return
+    if provider_type in _DATABASE_PROVIDERS:
+        raise dsl_error(
+            "dsl.tool.databaseProvider",
+            "the tool provider {provider} is a Dify {kind} tool, defined in a Dify "
+            "database and not in the export: it cannot run here",
+            provider=provider,
+            kind=provider_type,
+        )
+    if provider_type != "builtin":
+        return
+    local = builtin_tools.provider(provider_id)
+    if local is not None and tool_name not in local:
+        raise dsl_error(
+            "dsl.tool.unknownTool",
+            "the built-in tool provider {provider} has no tool {tool} (it has {tools})",
+            provider=provider,
+            tool=tool_name,
+            tools=", ".join(sorted(local)),
+        )
+    if local is None and "/" not in provider_id:
+        raise dsl_error(
+            "dsl.tool.builtinUnavailable",
+            "the built-in tool provider {provider} is not available here (built in: "
+            "{builtin}); a plugin's tools are named org/plugin/provider",
+            provider=provider,
+            builtin=", ".join(sorted(builtin_tools.PROVIDERS)),
+        )
+
+
+def _check_api_tool(provider: str, provider_id: str, tool_name: str, tools: Any) -> None:
+    """An `api` tool runs when the settings name its OpenAPI document."""
+    spec = (getattr(tools, "api_providers", None) or {}).get(provider_id)
+    if spec is None:
+        raise dsl_error(
+            "dsl.tool.apiNeedsDefinition",
+            "the tool provider {provider} is a Dify api tool, defined in a Dify database "
+            "and not in the export: name its OpenAPI document in the runtime settings "
+            "(tools.api_providers.{id}) to run it",
+            provider=provider,
+            id=provider_id,
+        )
+    _, operations = parse_openapi(spec.document, provider_id)
+    if tool_name not in operations:
+        raise dsl_error(
+            "dsl.tool.unknownOperation",
+            "the OpenAPI document of {provider} has no operation {tool} (it has {tools})",
+            provider=provider,
+            tool=tool_name,
+            tools=", ".join(sorted(operations)) or "(none)",
+        )
+
+
 class Data(BaseNodeData):
     provider_id: str = Field(min_length=1)
     provider_type: Literal[
@@ -140,73 +219,13 @@ class Data(BaseNodeData):
 
     @model_validator(mode="after")
     def _provider_runs_here(self, info: ValidationInfo) -> Data:
-        provider = self.provider_name or self.provider_id
-        settings = (info.context or {}).get("settings")
-        if self.provider_type == "api":
-            return self._api_defined(provider, settings)
-        if self.provider_type == "workflow":
-            tools = getattr(settings, "tools", None)
-            if self.provider_id not in (getattr(tools, "workflow_providers", None) or {}):
-                raise dsl_error(
-                    "dsl.tool.workflowNeedsDefinition",
-                    "the tool provider {provider} is a Dify workflow tool, defined in a Dify "
-                    "database and not in the export: name its workflow file in the runtime "
-                    "settings (tools.workflow_providers.{id}) to run it",
-                    provider=provider,
-                    id=self.provider_id,
-                )
-            return self
-        if self.provider_type in _DATABASE_PROVIDERS:
-            raise dsl_error(
-                "dsl.tool.databaseProvider",
-                "the tool provider {provider} is a Dify {kind} tool, defined in a Dify "
-                "database and not in the export: it cannot run here",
-                provider=provider,
-                kind=self.provider_type,
-            )
-        if self.provider_type != "builtin":
-            return self
-        local = builtin_tools.provider(self.provider_id)
-        if local is not None and self.tool_name not in local:
-            raise dsl_error(
-                "dsl.tool.unknownTool",
-                "the built-in tool provider {provider} has no tool {tool} (it has {tools})",
-                provider=provider,
-                tool=self.tool_name,
-                tools=", ".join(sorted(local)),
-            )
-        if local is None and "/" not in self.provider_id:
-            raise dsl_error(
-                "dsl.tool.builtinUnavailable",
-                "the built-in tool provider {provider} is not available here (built in: "
-                "{builtin}); a plugin's tools are named org/plugin/provider",
-                provider=provider,
-                builtin=", ".join(sorted(builtin_tools.PROVIDERS)),
-            )
-        return self
-
-    def _api_defined(self, provider: str, settings: Any) -> Data:
-        """An `api` tool runs when the settings name its OpenAPI document."""
-        tools = getattr(settings, "tools", None)
-        spec = (getattr(tools, "api_providers", None) or {}).get(self.provider_id)
-        if spec is None:
-            raise dsl_error(
-                "dsl.tool.apiNeedsDefinition",
-                "the tool provider {provider} is a Dify api tool, defined in a Dify database "
-                "and not in the export: name its OpenAPI document in the runtime settings "
-                "(tools.api_providers.{id}) to run it",
-                provider=provider,
-                id=self.provider_id,
-            )
-        _, operations = parse_openapi(spec.document, self.provider_id)
-        if self.tool_name not in operations:
-            raise dsl_error(
-                "dsl.tool.unknownOperation",
-                "the OpenAPI document of {provider} has no operation {tool} (it has {tools})",
-                provider=provider,
-                tool=self.tool_name,
-                tools=", ".join(sorted(operations)) or "(none)",
-            )
+        check_provider(
+            self.provider_type,
+            self.provider_id,
+            self.provider_name,
+            self.tool_name,
+            settings=(info.context or {}).get("settings"),
+        )
         return self
 
     @property

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.hub import Connectors
-from nodes.base import Clients, NodeContext, Role
+from nodes.base import AgentLogEntry, Clients, NodeContext, Role
 from nodes.cancel import CancelToken
 from nodes.values import jsonable
 from plugin_daemon_client.errors import FirstGateError
@@ -312,6 +312,21 @@ class WorkflowRun:
         def fallback(event: FallbackEvent) -> None:
             self._queue.put(self._fallback_event(node, event, attempt))
 
+        def agent_log(entry: AgentLogEntry) -> None:
+            self._queue.put(
+                ev.AgentLog(
+                    log_id=entry.id,
+                    label=entry.label,
+                    status=entry.status,
+                    parent_id=entry.parent_id,
+                    error=None if entry.error is None else self._redact.text(entry.error),
+                    log_data=self._redact.value(dict(entry.data)),
+                    metadata=dict(entry.metadata),
+                    **self._node_fields(node),
+                    **self._common(),
+                )
+            )
+
         return NodeContext(
             node_id=node.id,
             attempt=attempt,
@@ -320,6 +335,7 @@ class WorkflowRun:
             emit_chunk=chunk,
             emit_wait=wait,
             emit_fallback=fallback,
+            emit_agent_log=agent_log,
             clients=self.clients,
             inputs=self.inputs,
             code_executor=self.code_executor,
