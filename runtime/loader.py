@@ -102,7 +102,11 @@ class _Loader:
             raise DslError(self.problems)
         assert graph is not None
         return Workflow(
-            name=document.app.name, mode=document.app.mode, graph=graph, **declarations(document)
+            name=document.app.name,
+            mode=document.app.mode,
+            graph=graph,
+            loader=load_workflow,
+            **declarations(document),
         )
 
     def _nodes(self, raw_nodes: list[dict[str, Any]]) -> dict[str, NodeDef]:

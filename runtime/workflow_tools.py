@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from connectors.guarded_http import CancelLike
 from connectors.tool_messages import ToolCancelledError, ToolError, ToolTimeoutError
@@ -28,8 +28,29 @@ from runtime.limits import RunLimits
 if TYPE_CHECKING:
     from nodes.base import Clients
     from runtime.settings import RuntimeSettings
-    from runtime.workflow import Workflow
     from sandbox.executor import CodeExecutor
+
+
+class InnerRun(Protocol):
+    outputs: Mapping[str, Any]
+
+    def __iter__(self) -> Iterator[ev.Event]: ...
+
+    def abort(self) -> None: ...
+
+
+class ToolWorkflow(Protocol):
+    """What a workflow tool needs of a loaded workflow (runtime.workflow.Workflow)."""
+
+    @property
+    def chat(self) -> bool: ...
+
+    def run(self, inputs: Mapping[str, Any], **options: Any) -> InnerRun: ...
+
+
+# Loads a workflow file with the runtime settings (runtime.loader.load_workflow,
+# handed down by the loader so that this module does not import it back).
+Loader = Callable[..., ToolWorkflow]
 
 MAX_DEPTH = 5
 # How deep the workflow being run is in workflow-tool calls (0: the outer run).
@@ -44,16 +65,16 @@ class WorkflowTools:
         settings: RuntimeSettings | None,
         clients: Clients | None,
         code_executor: CodeExecutor | None,
+        load: Loader,
     ) -> None:
+        self.load = load
         self.settings = settings
         self.clients = clients
         self.code_executor = code_executor
-        self._loaded: dict[str, Workflow] = {}
+        self._loaded: dict[str, ToolWorkflow] = {}
         self._lock = threading.Lock()
 
-    def _workflow(self, provider_id: str) -> Workflow:
-        from runtime.loader import load_workflow
-
+    def _workflow(self, provider_id: str) -> ToolWorkflow:
         tools = getattr(self.settings, "tools", None)
         spec = (getattr(tools, "workflow_providers", None) or {}).get(provider_id)
         if spec is None:
@@ -61,7 +82,7 @@ class WorkflowTools:
         with self._lock:
             found = self._loaded.get(spec.file)
         if found is None:
-            found = load_workflow(Path(spec.file), settings=self.settings)
+            found = self.load(Path(spec.file), settings=self.settings)
             if found.chat:
                 raise ToolError("errors.tool.chatflowTool", provider=provider_id, file=spec.file)
             with self._lock:
