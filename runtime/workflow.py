@@ -23,6 +23,7 @@ from runtime.limits import RunLimits
 from runtime.route_clients import RouteClients
 from runtime.routes import ModelRoutes, RouteError
 from runtime.session import DEFAULT_TURN_WAIT_S, DEFAULT_USER, RunOptions, open_session
+from runtime.workflow_tools import Loader, WorkflowTools
 
 if TYPE_CHECKING:
     from nodes.base import Clients
@@ -67,6 +68,8 @@ class Workflow:
     # mode (conversations belong to it), the version from the graph's content.
     app_id: str = ""
     workflow_id: str = ""
+    # The loader that made this workflow: its workflow tools load theirs with it.
+    loader: Loader | None = field(default=None, repr=False, compare=False)
 
     @property
     def chat(self) -> bool:
@@ -139,6 +142,7 @@ class Workflow:
         limits: RunLimits | None = None,
         max_workers: int = 16,
         run_id: str | None = None,
+        task_id: str | None = None,
         clients: Clients | None = None,
         turn_wait_s: float = DEFAULT_TURN_WAIT_S,
         code_executor: CodeExecutor | None = None,
@@ -180,6 +184,7 @@ class Workflow:
             env_file_values=env_file_values,
             turn_wait_s=turn_wait_s,
             run_id=run_id,
+            task_id=task_id,
         )
         lease = (
             limits.max_run_seconds + _LEASE_MARGIN_S
@@ -203,7 +208,7 @@ class Workflow:
                 clients=clients,
                 limits=limits,
                 max_workers=max_workers,
-                connectors=Connectors.from_settings(settings),
+                connectors=_connectors(settings, clients, code_executor, self.loader),
                 code_executor=code_executor,
                 owns_code_executor=owns_executor,
                 start_code_executor=self.uses_code_executor(),
@@ -213,6 +218,19 @@ class Workflow:
             if owns_executor:
                 code_executor.close()
             raise
+
+
+def _connectors(
+    settings: RuntimeSettings | None,
+    clients: Clients,
+    code_executor: CodeExecutor,
+    loader: Loader | None,
+) -> Connectors:
+    connectors = Connectors.from_settings(settings)
+    if loader is not None:
+        # A workflow tool runs another workflow with this run's routes and executor.
+        connectors.workflow_tools = WorkflowTools(settings, clients, code_executor, loader)
+    return connectors
 
 
 def _upload_rules(upload: FileUpload) -> FileUploadRules:
