@@ -15,6 +15,7 @@ TYPE = "variable-aggregator"
 # Dify's first name for this node; older exports still say it.
 ALIASES = ("variable-assigner",)
 SUPPORTS_RETRY = False
+INLINE = True
 
 
 class Group(DslModel):

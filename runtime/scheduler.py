@@ -44,9 +44,9 @@ class Scheduler:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         # Edges are keyed by position: exported edge ids are not always unique.
-        self._edge_index = {id(e): i for i, e in enumerate(graph.edges)}
+        self._edge_index = graph.edge_index
         self._edges = [EdgeState.PENDING] * len(graph.edges)
-        self._nodes = {node_id: NodeState.PENDING for node_id in graph.nodes}
+        self._nodes = dict.fromkeys(graph.nodes, NodeState.PENDING)
 
     def edge_state(self, edge: EdgeDef) -> EdgeState:
         return self._edges[self._edge_index[id(edge)]]

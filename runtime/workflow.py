@@ -67,6 +67,8 @@ class Workflow:
     # mode (conversations belong to it), the version from the graph's content.
     app_id: str = ""
     workflow_id: str = ""
+    # Distinct templates its nodes render (the compiled-template cache makes room for them).
+    templates: int = 0
 
     @property
     def chat(self) -> bool:
@@ -85,18 +87,13 @@ class Workflow:
         """Model providers the nodes the run can reach call (each node says which)."""
         return {
             provider
-            for node in self.graph.nodes.values()
-            if node.id in self.graph.reachable
+            for node in self.graph.reachable_nodes()
             for provider in node.needs.model_providers
         }
 
     def uses_code_executor(self) -> bool:
         """Whether a node the run can reach runs code (so the executor starts with the run)."""
-        return any(
-            n.spec.uses_code_executor
-            for n in self.graph.nodes.values()
-            if n.id in self.graph.reachable
-        )
+        return any(n.spec.uses_code_executor for n in self.graph.reachable_nodes())
 
     def prepare_inputs(
         self, inputs: Mapping[str, Any], query: str | None = None
@@ -195,6 +192,7 @@ class Workflow:
                 code_executor=code_executor,
                 owns_code_executor=owns_executor,
                 start_code_executor=self.uses_code_executor(),
+                templates=self.templates,
             )
         except BaseException:
             session.close()
