@@ -128,10 +128,10 @@ class Compiled:
 class _TemplateCache:
     """Compiled templates, least recently used out first. Compiling costs far
     more than rendering and a workflow renders the same templates on every run,
-    so the cache is sized by the workflows running: `BASE` entries plus what
-    each running workflow reserved (its distinct templates, counted when it
-    was loaded), never a constant a large workflow would thrash. Compiled
-    templates are safe to share across threads."""
+    so the cache is sized by the workflows: `BASE` entries plus what each loaded
+    workflow reserved (its distinct templates, counted when it was loaded, given
+    back when it is gone), never a constant that a large workflow, or several
+    taking turns, would thrash. Compiled templates are safe to share across threads."""
 
     BASE = 512
 
@@ -193,8 +193,8 @@ def compile_template(source: str) -> Compiled:
 
 
 def reserve_templates(count: int) -> _Reservation:
-    """Room in the compiled-template cache for a running workflow's `count`
-    templates; `release()` it when the run ends."""
+    """Room in the compiled-template cache for a loaded workflow's `count`
+    templates; `release()` it when the workflow is gone."""
     return _COMPILED.reserve(count)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import random
 import threading
 import time
 import uuid
@@ -40,7 +41,6 @@ from typing import Any
 from connectors.hub import Connectors
 from nodes.base import Clients, NeedsWorker, NodeContext, Role, Round, RoundDone, Rounds
 from nodes.cancel import CancelToken
-from nodes.jinja import reserve_templates
 from nodes.values import jsonable
 from plugin_daemon_client.errors import FirstGateError
 from plugin_daemon_client.fallback import FallbackEvent
@@ -108,14 +108,12 @@ class WorkflowRun:
         code_executor: CodeExecutor | None = None,
         owns_code_executor: bool = False,
         start_code_executor: bool = False,
-        templates: int = 0,
     ) -> None:
         self.graph = graph
         self.connectors = connectors
         self.code_executor = code_executor
         self._owns_code_executor = owns_code_executor
         self._start_code_executor = start_code_executor
-        self._templates = templates  # distinct templates: the compiled-template cache's share
         self.providers = providers  # of the LLM nodes the run can reach
         self.inputs = inputs
         self.session = session
@@ -212,7 +210,6 @@ class WorkflowRun:
     def _run(self) -> Iterator[ev.Event]:
         self._t0 = time.monotonic()
         deadline = Deadline(self.limits.max_run_seconds, self._time_limit)
-        templates = reserve_templates(self._templates)
         try:
             yield ev.WorkflowStarted(
                 inputs=self._redact.value(jsonable(self.inputs)), **self._common()
@@ -246,7 +243,6 @@ class WorkflowRun:
             yield from self._end(self._terminal_stopped())
         finally:
             deadline.cancel()
-            templates.release()
             self.cancel.cancel("run finished")
             self._workers.shutdown(timeout=1.0)
             self.session.close()
@@ -282,7 +278,7 @@ class WorkflowRun:
                 self._stop(_Stop(aborted=False, reason=str(error), error=error))
                 return
             execution = Execution(
-                id=str(uuid.uuid4()),
+                id=new_id(),
                 index=self._steps,
                 node=node,
                 frame=frame,
@@ -357,14 +353,18 @@ class WorkflowRun:
         self._queue.put(_Done(execution, outcome))
 
     def _node_fields(self, execution: Execution) -> dict[str, Any]:
-        node = execution.node
-        return {
-            "node_id": node.id,
-            "node_type": node.type,
-            "title": node.title,
-            "execution_id": execution.id,
-            "container": execution.frame.place,
-        }
+        """What every event of a node execution says about it (made once)."""
+        fields = execution.fields
+        if fields is None:
+            node = execution.node
+            fields = execution.fields = {
+                "node_id": node.id,
+                "node_type": node.type,
+                "title": node.title,
+                "execution_id": execution.id,
+                "container": execution.frame.place,
+            }
+        return fields
 
     def _context(
         self, execution: Execution, attempt: int, on_dispatcher: bool = False
@@ -610,25 +610,26 @@ class WorkflowRun:
         if (decision.stop or container.failure is not None) and not container.stopping:
             container.stopping = True
             container.cancel.cancel("container stopped")
-        for round_ in decision.start:
-            if container.stopping or container.cancel.cancelled:
-                break
+        rounds = [] if container.stopping or container.cancel.cancelled else decision.start
+        # Dify announces the rounds it starts together first, then runs them.
+        for round_ in rounds:
+            if round_.announced:
+                yield ev.ContainerNext(
+                    kind=container.kind,
+                    index=round_.index,
+                    previous_output=self._redact.value(jsonable(round_.previous_output)),
+                    duration=container.last_elapsed,
+                    created_at=int(time.time()),
+                    **self._node_fields(container.execution),
+                    **self._common(),
+                )
+        for round_ in rounds:
             yield from self._start_round(container, round_)
         if container.running == 0:
             self._later.append(lambda: self._end_container(container))
 
     def _start_round(self, container: ContainerExecution, round_: Round) -> Iterator[ev.Event]:
         execution = container.execution
-        if round_.announced:
-            yield ev.ContainerNext(
-                kind=container.kind,
-                index=round_.index,
-                previous_output=self._redact.value(jsonable(round_.previous_output)),
-                duration=container.last_elapsed,
-                created_at=int(time.time()),
-                **self._node_fields(execution),
-                **self._common(),
-            )
         values = {execution.node.id: round_.values} if round_.values else None
         frame = Frame.open(
             container.graph,
@@ -867,10 +868,18 @@ class WorkflowRun:
             yield ev.MessageEnd(answer=self.answer, usage=usage, **self._common())
 
 
+def new_id() -> str:
+    """A node execution id, in uuid4's form (random, not secret: faster than uuid4)."""
+    return str(uuid.UUID(int=random.getrandbits(128), version=4))
+
+
 def _record(
     event: ev.NodeFinished | ev.ContainerCompleted, execution: Execution
 ) -> NodeExecutionRecord:
     process_data = event.process_data if isinstance(event, ev.NodeFinished) else {}
+    metadata = event.execution_metadata
+    if event.container is not None:
+        metadata = {**metadata, **event.container.metadata()}
     return NodeExecutionRecord(
         id=execution.id,
         index=event.index,
@@ -884,7 +893,7 @@ def _record(
         outputs=event.outputs,
         error=event.error_message,
         elapsed_time=event.node_elapsed,
-        execution_metadata=event.data()["execution_metadata"],
+        execution_metadata=metadata,
         created_at=event.created_at,
         finished_at=event.finished_at,
     )

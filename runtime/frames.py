@@ -85,6 +85,7 @@ class Execution:
     attempt_started: dict[int, float] = field(default_factory=dict)
     first_token: set[tuple[int, str | None]] = field(default_factory=set)
     container: ContainerExecution | None = None  # when the node is a container
+    fields: dict[str, Any] | None = None  # what its events say about it (made once)
 
 
 @dataclass(eq=False, slots=True)

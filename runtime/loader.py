@@ -159,6 +159,7 @@ class _Loader:
                 self.problems.append(
                     Problem("dsl.container.noStart", {"start": named or "?"}, _ref(node))
                 )
+                self.broken.add(node.id)  # what runs before its nodes is unknown
         return roots
 
     def _nodes(self, raw_nodes: list[dict[str, Any]]) -> dict[str, NodeDef]:
@@ -388,9 +389,10 @@ def _build_graph(
     def build(parent: str | None, start: str) -> Graph:
         own = members.get(parent, {})
         children = {
-            node_id: build(node_id, roots[node_id])
+            # A container without a start was reported; its graph is still checked.
+            node_id: build(node_id, roots.get(node_id, ""))
             for node_id, node in own.items()
-            if node.spec.container is not None and node_id in roots
+            if node.spec.container is not None
         }
         return Graph(nodes=own, edges=links.get(parent, []), start_id=start, children=children)
 

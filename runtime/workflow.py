@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.hub import Connectors
 from nodes import start
 from nodes.files import FileRules
+from nodes.jinja import reserve_templates
 from runtime.code_executors import build_code_executor
 from runtime.engine import WorkflowRun
 from runtime.environment import EnvVar
@@ -54,7 +56,7 @@ class FileUploadRules:
     limit: int | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class Workflow:
     name: str
     mode: str  # "workflow" | "advanced-chat"
@@ -67,8 +69,13 @@ class Workflow:
     # mode (conversations belong to it), the version from the graph's content.
     app_id: str = ""
     workflow_id: str = ""
-    # Distinct templates its nodes render (the compiled-template cache makes room for them).
+    # Distinct templates its nodes render: the compiled-template cache keeps room
+    # for them as long as the workflow exists (`nodes.jinja.reserve_templates`).
     templates: int = 0
+
+    def __post_init__(self) -> None:
+        if self.templates:
+            weakref.finalize(self, reserve_templates(self.templates).release)
 
     @property
     def chat(self) -> bool:
@@ -192,7 +199,6 @@ class Workflow:
                 code_executor=code_executor,
                 owns_code_executor=owns_executor,
                 start_code_executor=self.uses_code_executor(),
-                templates=self.templates,
             )
         except BaseException:
             session.close()
