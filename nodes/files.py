@@ -112,11 +112,16 @@ class File:
     related_id: str | None = None  # the stored upload's id (local and tool files)
     remote_url: str | None = None
     path: Path | None = field(default=None, repr=False, compare=False)
+    # Where a client can fetch a local file (a server's signed link); without
+    # one, the file's own `file://` URI (the CLI's case).
+    link: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def url(self) -> str | None:
         if self.remote_url:
             return self.remote_url
+        if self.link:
+            return self.link
         return self.path.resolve().as_uri() if self.path is not None else None
 
     @property
@@ -378,3 +383,9 @@ def from_bytes(
         related_id=file_id,
         path=target,
     )
+
+
+def name_facts(name: str) -> tuple[str, str]:
+    """A file name's extension (with the dot, lower case) and MIME type, as a
+    file input derives them (an upload is classified by the same rule)."""
+    return _extension(name), _mime(name)

@@ -4,10 +4,10 @@ Two ways to render, chosen per template when it is compiled (once):
 
 - **inline**, in this process, for templates that only read, filter and
   arrange their inputs (`nodes/jinja_triage.py` says which). Every loop
-  iteration ticks a budget of `INLINE_CPU_S` of this thread's
-  CPU time, and the output is checked against `MAX_OUTPUT_CHARS` piece by
-  piece while it is produced, so neither an endless loop nor a huge output
-  can take the process down. A render that runs out of budget is dropped and
+  checks a budget of `INLINE_CPU_S` of this thread's CPU time once per
+  `_CHECK_EVERY` iterations, and the output is checked against the rendering
+  cap piece by piece while it is produced, so neither an endless loop nor a
+  huge output can take the process down. A render that runs out of budget is dropped and
   done again in the sandbox, with the sandbox's limits.
 - **isolated**, in the code sandbox (`ctx.code_executor`, language
   `jinja2`), for everything else: the job's process has hard CPU-time and
@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain, islice
 from typing import TYPE_CHECKING, Annotated, Any
 
 from jinja2 import Template, TemplateError, TemplateSyntaxError, nodes
@@ -52,7 +53,7 @@ INLINE_CPU_S = 0.05
 # On the engine's dispatcher a render may take far less (every event of the
 # run waits for it); past this it moves to a worker (`NeedsWorker`).
 DISPATCHER_CPU_S = 0.002
-_TICKS_PER_CHECK = 256
+_CHECK_EVERY = 256
 OPTIONS: dict[str, Any] = {"autoescape": False, "keep_trailing_newline": True}
 
 
@@ -61,18 +62,16 @@ class _OverBudget(Exception):
 
 
 class _Budget:
-    """CPU time from the first check on: a render of fewer than `_TICKS_PER_CHECK`
-    loop iterations and calls never reads the clock (the common case stays cheap)."""
+    """This thread's CPU time from the render's first loop on: a render without
+    loops never reads the clock (the common case stays cheap)."""
 
-    __slots__ = ("seconds", "deadline", "left")
+    __slots__ = ("seconds", "deadline")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.deadline: float | None = None
-        self.left = _TICKS_PER_CHECK
 
     def check(self) -> None:
-        self.left = _TICKS_PER_CHECK
         now = time.thread_time()
         if self.deadline is None:
             self.deadline = now + self.seconds
@@ -84,8 +83,8 @@ _current = threading.local()  # a greenlet-local under gevent
 
 
 class _BudgetedEnvironment(SandboxedEnvironment):
-    """Every loop iterates through `ticking`, which ticks the current render's
-    budget. (Calls outside loops are bounded by the template's length; macros,
+    """Every loop iterates through `ticking`, which checks the current render's
+    budget. (Work outside loops is bounded by the template's length; macros,
     the way to recurse, are isolated by the triage.)"""
 
     # Jinja evaluates constant expressions while it compiles (`as_const`, with or
@@ -101,16 +100,20 @@ class _BudgetedEnvironment(SandboxedEnvironment):
         return tree
 
     @staticmethod
-    def ticking(iterable: Iterable[Any]) -> Iterator[Any]:
+    def ticking(iterable: Iterable[Any]) -> Iterable[Any]:
         budget = getattr(_current, "budget", None)
         if budget is None:
-            yield from iterable
-            return
-        for item in iterable:  # the tick, inlined: this runs once per loop iteration
-            budget.left -= 1
-            if budget.left <= 0:
+            return iterable
+        source = iter(iterable)
+
+        def chunks() -> Iterator[list[Any]]:
+            # The budget is checked once per chunk of iterations; the items
+            # themselves flow through C (islice, chain), not a Python frame each.
+            while chunk := list(islice(source, _CHECK_EVERY)):
                 budget.check()
-            yield item
+                yield chunk
+
+        return chain.from_iterable(chunks())
 
 
 _ENV = _BudgetedEnvironment(**OPTIONS)

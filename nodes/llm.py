@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from nodes.base import Needs, NodeContext, NodeResult
-from nodes.config import BaseNodeData, dsl_error
+from nodes.config import BaseNodeData, DslModel, dsl_error
 from nodes.llm_prompt import (
     ContextConfig,
     MemoryConfig,
@@ -22,10 +22,15 @@ from nodes.llm_prompt import (
 )
 from nodes.model_call import Invocation, ModelConfig, call_model, move_legacy_gate_params
 from nodes.selectors import Selector
+from nodes.structured_output import parse_and_validate, schema_problem
 from plugin_daemon_client.invoke import ModelRequest
 
 TYPE = "llm"
 SUPPORTS_RETRY = True
+
+
+class StructuredOutput(DslModel):
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
 
 
 class Data(BaseNodeData):
@@ -36,24 +41,46 @@ class Data(BaseNodeData):
     context: ContextConfig = Field(default_factory=ContextConfig)
     memory: MemoryConfig | None = None
     vision: VisionConfig = Field(default_factory=VisionConfig)
-    structured_output_enabled: bool = False
     invocation: Invocation = Field(default_factory=Invocation)
-
-    @model_validator(mode="after")
-    def _unsupported_features(self) -> Data:
-        # Refused by name rather than run without it.
-        if self.structured_output_enabled:
-            raise dsl_error(
-                "dsl.node.structuredOutputUnsupported",
-                "structured output is not supported yet; turn it off in this node",
-            )
-        return self
+    # Dify writes `structured_output_enabled`; graphon calls it `structured_output_switch_on`.
+    structured_output_enabled: bool = False
+    structured_output: StructuredOutput | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _legacy_gate_params(cls, raw: Any) -> Any:
         """Move gate keys out of completion_params; `invocation` wins over them."""
-        return move_legacy_gate_params(raw)
+        raw = move_legacy_gate_params(raw)
+        if isinstance(raw, dict) and "structured_output_switch_on" in raw:
+            raw = dict(raw)
+            switch = raw.pop("structured_output_switch_on")
+            raw.setdefault("structured_output_enabled", switch)
+        return raw
+
+    @model_validator(mode="after")
+    def _schema_usable(self) -> Data:
+        if not self.structured_output_enabled:
+            return self
+        schema = self.structured_output.schema_ if self.structured_output else None
+        if schema is None:
+            raise dsl_error(
+                "dsl.llm.structuredNoSchema", "structured output is on but there is no schema"
+            )
+        problem = schema_problem(schema)
+        if problem is not None:
+            raise dsl_error(
+                "dsl.llm.structuredSchema",
+                "the structured output schema is not valid JSON Schema: {detail}",
+                detail=problem,
+            )
+        return self
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON schema the answer must match, when structured output is on."""
+        if not self.structured_output_enabled or self.structured_output is None:
+            return None
+        return self.structured_output.schema_
 
     @property
     def messages(self) -> list[PromptMessage]:
@@ -68,7 +95,8 @@ def selectors(data: Data) -> list[Selector]:
 
 
 def output_names(data: Data) -> set[str]:
-    return {"text", "usage", "finish_reason"}
+    names = {"text", "usage", "finish_reason"}
+    return names | {"structured_output"} if data.output_schema is not None else names
 
 
 def needs(data: Data) -> Needs:
@@ -94,13 +122,29 @@ def messages_for(data: Data, ctx: NodeContext) -> list[dict[str, Any]]:
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     messages = messages_for(data, ctx)
     parameters, stop = data.model.parameters()
+    schema = data.output_schema
     request = ModelRequest(
-        data.model.name, messages, parameters, stop, budgets=data.invocation.budgets()
+        data.model.name,
+        messages,
+        parameters,
+        stop,
+        # The answer's shape: the response format where the route takes a
+        # schema (a grammar on llama-server), else an instruction in the prompt.
+        json_schema=schema,
+        schema_in_prompt=True,
+        budgets=data.invocation.budgets(),
     )
     reply = call_model(ctx, data.model.provider, request, stream_text=True)
     usage = reply.usage_dict()
+    outputs: dict[str, Any] = {
+        "text": reply.text,
+        "usage": usage,
+        "finish_reason": reply.finish_reason,
+    }
+    if schema is not None:
+        outputs["structured_output"] = parse_and_validate(schema, reply.text)
     return NodeResult(
-        outputs={"text": reply.text, "usage": usage, "finish_reason": reply.finish_reason},
+        outputs=outputs,
         usage=usage,
         process_data={
             "model_mode": data.model.mode,

@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field
 
 from nodes.base import NodeContext, NodeRunError, plan_for
 from nodes.config import DslModel, Milliseconds, dsl_error, shown
+from nodes.llm_prompt import MemoryConfig, history_text
 from plugin_daemon_client.durations import DurationError, parse_duration
 from plugin_daemon_client.invoke import CallBudgets, ModelReply, ModelRequest, Sinks, invoke
 
@@ -111,3 +112,12 @@ def call_model(
     if ctx.clients is None:
         raise NodeRunError("dsl.node.noModelRoute")
     return invoke(plan_for(ctx.clients, provider), request, sinks(ctx, stream_text=stream_text))
+
+
+def memory_text(memory: MemoryConfig | None, ctx: NodeContext) -> str:
+    """The conversation's earlier turns as text for a node's system prompt, when
+    the node has memory on and the run is a turn of a conversation (Dify gives
+    nodes memory only then); else empty."""
+    if memory is None or not memory.enabled or not ctx.variables.get(("sys", "conversation_id")):
+        return ""
+    return history_text(ctx.history, memory)

@@ -31,8 +31,14 @@ from pydantic import Field, model_validator
 from nodes.base import Needs, NodeContext, NodeResult, NodeRunError, Role
 from nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error, shown
 from nodes.json_answer import read_json_object
-from nodes.llm_prompt import MemoryConfig, history_text
-from nodes.model_call import Invocation, ModelConfig, call_model, move_legacy_gate_params
+from nodes.llm_prompt import MemoryConfig
+from nodes.model_call import (
+    Invocation,
+    ModelConfig,
+    call_model,
+    memory_text,
+    move_legacy_gate_params,
+)
 from nodes.selectors import Selector, template_selectors
 from nodes.values import as_text, render_text
 from plugin_daemon_client.invoke import ModelRequest
@@ -203,13 +209,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
         {"category_id": item.id, "category_name": name}
         for item, name in zip(data.classes, names, strict=True)
     ]
-    history = ""
-    if (
-        data.memory is not None
-        and data.memory.enabled
-        and ctx.variables.get(("sys", "conversation_id"))
-    ):
-        history = history_text(ctx.history, data.memory)
+    history = memory_text(data.memory, ctx)
     messages = build_messages(data, query, categories, instruction, history)
     parameters, stop = data.model.parameters()
     request = ModelRequest(

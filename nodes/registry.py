@@ -31,6 +31,7 @@ from nodes import (
     llm,
     loop,
     loop_end,
+    parameter_extractor,
     question_classifier,
     round_start,
     start,
@@ -65,8 +66,6 @@ class NodeSpec:
     needs: Callable[[BaseNodeData], Needs]
     # Response nodes: the text and variables they stream, in order.
     template: Callable[[BaseNodeData], list[Segment]] | None = None
-    # Runs code through `ctx.code_executor` (the runtime starts it with the run).
-    uses_code_executor: bool = False
     # A branch node's handles under the default-value strategy (None: the success edges).
     default_handles: Callable[[BaseNodeData, dict[str, Any]], frozenset[str]] | None = None
     # Runs on the dispatcher (pure computation, no waiting): no thread hand-off.
@@ -102,7 +101,6 @@ def _spec(module: ModuleType, type_name: str) -> NodeSpec:
         handles=getattr(module, "handles", _success_only),
         needs=getattr(module, "needs", _no_needs),
         template=template,
-        uses_code_executor=getattr(module, "USES_CODE_EXECUTOR", False),
         default_handles=getattr(module, "default_handles", None),
         inline=getattr(module, "INLINE", False),
         container=container,
@@ -115,6 +113,7 @@ MODULES: tuple[ModuleType, ...] = (
     answer,
     llm,
     question_classifier,
+    parameter_extractor,
     if_else,
     template_transform,
     variable_aggregator,
@@ -141,7 +140,6 @@ NODE_TYPES: dict[str, NodeSpec] = {
 # with one message per such node, naming the type and the node.
 KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
     {
-        "parameter-extractor",
         "agent",
         "human-input",
         "datasource",

@@ -863,8 +863,7 @@ class WorkflowRun:
         if isinstance(terminal, ev.WorkflowFailed):
             yield ev.ErrorEvent(message=f"Run failed: {terminal.error_message}", **self._common())
         else:
-            usage = {**self._usage, "total_price": "0", "currency": "USD"}
-            usage["latency"] = self._elapsed()
+            usage = ev.llm_usage(self._usage, latency=self._elapsed())
             yield ev.MessageEnd(answer=self.answer, usage=usage, **self._common())
 
 

@@ -542,6 +542,22 @@ class WorkflowStopped(WorkflowFinished):
     reason: str = ""
 
 
+def llm_usage(tokens: dict[str, int], *, latency: float) -> dict[str, Any]:
+    """Dify's usage metadata (`LLMUsage`), every field: token counts, and prices as
+    decimal strings (firstgate knows no prices: "0")."""
+    usage: dict[str, Any] = {}
+    for side in ("prompt", "completion"):
+        usage[f"{side}_tokens"] = int(tokens.get(f"{side}_tokens", 0))
+        usage.update({f"{side}_unit_price": "0", f"{side}_price_unit": "0", f"{side}_price": "0"})
+    usage.update(
+        total_tokens=int(tokens.get("total_tokens", 0)),
+        total_price="0",
+        currency="USD",
+        latency=latency,
+    )
+    return usage
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MessageEnd(Event):
     """A chatflow turn's end: the answer is complete (after `workflow_finished`)."""

@@ -9,6 +9,8 @@ import threading
 from collections.abc import Iterable
 from contextlib import ExitStack
 
+import httpx
+
 from plugin_daemon_client import LLMClient
 from plugin_daemon_client.fallback import (
     DEFAULT_BREAKER_COOLDOWN_S,
@@ -29,8 +31,14 @@ class RouteClients:
     """Transport clients, probes and fallback plans per route, built on first use;
     owns the local server if it starts one."""
 
-    def __init__(self, routes: ModelRoutes) -> None:
+    def __init__(self, routes: ModelRoutes, *, max_connections: int | None = None) -> None:
         self.routes = routes
+        # Connections per route (a stream holds one); None: the transport's default.
+        self._limits = (
+            httpx.Limits(max_connections=max_connections, max_keepalive_connections=64)
+            if max_connections
+            else None
+        )
         self._lock = threading.Lock()
         self._targets: dict[str, RouteTarget] = {}
         self._policies: dict[str, FallbackPolicy] = {}
@@ -117,7 +125,7 @@ class RouteClients:
         reply_cap = {"max_reply_bytes": route.max_reply_bytes} if route.max_reply_bytes else {}
         if route.kind == LOCAL:
             base_url = self._start_local_locked()
-            client = LLMClient(OpenAICompatible.kind, base_url, **reply_cap)
+            client = LLMClient(OpenAICompatible.kind, base_url, limits=self._limits, **reply_cap)
         else:
             assert route.base_url is not None  # the model validator requires it
             base_url = route.base_url
@@ -127,6 +135,7 @@ class RouteClients:
                 api_key,
                 route.tenant_id,
                 route.plugin_id,
+                limits=self._limits,
                 **reply_cap,
             )
         self._stack.callback(client.close)

@@ -100,7 +100,7 @@ class Workflow:
 
     def uses_code_executor(self) -> bool:
         """Whether a node the run can reach runs code (so the executor starts with the run)."""
-        return any(n.spec.uses_code_executor for n in self.graph.reachable_nodes())
+        return any(n.needs.code_executor for n in self.graph.reachable_nodes())
 
     def prepare_inputs(
         self, inputs: Mapping[str, Any], query: str | None = None

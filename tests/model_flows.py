@@ -14,6 +14,7 @@ import yaml
 from runtime import events as ev
 from runtime import load_workflow
 from runtime.settings import load_settings
+from tests import run_events
 from tests.fakes import model_answers as ma
 from tests.fakes.llm_server import Scenario
 
@@ -92,7 +93,64 @@ CLASSIFIER = ModelNode(
     branch_defaults=({"key": "class_id", "type": "string", "value": "c2"},),
 )
 
-NODES = [CLASSIFIER]
+
+def extractor_data(mode: str = "prompt") -> dict[str, Any]:
+    return {
+        "type": "parameter-extractor",
+        "title": "Extract",
+        "model": dict(MODEL),
+        "query": ["start", "q"],
+        "reasoning_mode": mode,
+        "instruction": "",
+        "parameters": [
+            {"name": "city", "type": "string", "description": "the city", "required": True},
+            {"name": "nights", "type": "number", "description": "how many nights"},
+        ],
+    }
+
+
+EXTRACTOR = ModelNode(
+    "parameter-extractor",
+    extractor_data,
+    lambda: ma.answer('{"city": "Lyon", "nights": 2}'),
+    "city",
+    "Lyon",
+)
+EXTRACTOR_FUNCTION_CALL = ModelNode(
+    "parameter-extractor/function_call",
+    lambda: extractor_data("function_call"),
+    lambda: ma.answer("", [ma.Call("extract_parameters", {"city": "Lyon", "nights": 2})]),
+    "city",
+    "Lyon",
+)
+
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+}
+
+
+def structured_llm_data() -> dict[str, Any]:
+    return {
+        "type": "llm",
+        "title": "Answer",
+        "model": dict(MODEL),
+        "prompt_template": [{"role": "user", "text": "{{#start.q#}}"}],
+        "structured_output_enabled": True,
+        "structured_output": {"schema": CITY_SCHEMA},
+    }
+
+
+STRUCTURED_LLM = ModelNode(
+    "llm/structured-output",
+    structured_llm_data,
+    lambda: ma.answer('{"city": "Lyon"}'),
+    "text",
+    '{"city": "Lyon"}',
+)
+
+NODES = [CLASSIFIER, EXTRACTOR, EXTRACTOR_FUNCTION_CALL, STRUCTURED_LLM]
 
 
 def around(node: ModelNode, **extra: Any) -> dict[str, Any]:
@@ -128,5 +186,5 @@ def of(events: list[ev.Event], kind: type[Any]) -> list[Any]:
     return [e for e in events if isinstance(e, kind)]
 
 
-def final(events: list[ev.Event]) -> ev.Event:
-    return events[-1]
+def final(events: list[ev.Event]) -> ev.WorkflowFinished:
+    return run_events.final(events)

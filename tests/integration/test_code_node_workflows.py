@@ -94,6 +94,14 @@ def test_compact_code_fixture_adds_one(pool: ProcessSandbox) -> None:
     assert final(events).outputs == {"total": 42}
 
 
+def test_compact_template_fixture_renders_without_starting_the_sandbox() -> None:
+    run_ = load_workflow(FIXTURES / "template_salute.yml").run({"who": "Ada"})
+    events = list(run_)
+    assert isinstance(final(events), ev.WorkflowSucceeded)
+    assert final(events).outputs == {"said": "Greetings, Ada."}
+    assert not run_.code_executor._started  # type: ignore[union-attr]
+
+
 def test_code_chain_passes_typed_values_between_python_and_javascript(pool: ProcessSandbox) -> None:
     if not HAS_NODE:
         pytest.skip("Node.js is not installed")

@@ -70,7 +70,7 @@ def test_validate_on_the_command_line() -> None:
     assert loads.returncode == 0, loads.stderr
     refused = firstgate("validate", str(CORPUS / "unsupported_chat.yml"))
     assert refused.returncode == 2
-    assert "has 2 problem(s)" in refused.stderr
+    assert "has 1 problem(s)" in refused.stderr
     assert 'node helper "Helper" (agent): node type "agent" is not supported yet' in refused.stderr
     assert "Traceback" not in refused.stderr
 

@@ -595,7 +595,7 @@ pool.start()
 (worker,) = list(pool._workers)
 threading.Thread(target=pool.execute, args=("python3", "import time\\ndef main():\\n    time.sleep(100)\\n", {}), daemon=True).start()
 time.sleep(2)  # the worker has forked ahead and waits for requests
-print(worker.pid, flush=True)
+print(worker.pid, worker.base_dir, flush=True)
 os._exit(1)  # no clean-up of any kind
 """
 
@@ -610,12 +610,46 @@ def test_workers_exit_when_the_runtime_dies() -> None:
         timeout=60,
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
-    worker_pid = int(out.stdout.split()[0])
-    for _ in range(100):  # the worker sees its socket close, ends the job and exits
-        try:
-            os.killpg(worker_pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    os.killpg(worker_pid, 9)
-    pytest.fail("the sandbox worker outlived the runtime that started it")
+    pid, base_dir = out.stdout.split()
+    worker_pid = int(pid)
+    try:
+        for _ in range(100):  # the worker sees its socket close, ends the job and exits
+            try:
+                os.killpg(worker_pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.killpg(worker_pid, 9)
+        pytest.fail("the sandbox worker outlived the runtime that started it")
+    finally:
+        # What a runtime killed outright leaves: its workers' (now empty) directories.
+        import shutil
+
+        shutil.rmtree(base_dir, ignore_errors=True)
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(
+    not os.path.exists(SYSTEM_PYTHON)
+    or os.path.realpath(SYSTEM_PYTHON) == os.path.realpath(__import__("sys").executable),
+    reason="needs a second Python interpreter",
+)
+def test_the_workers_interpreter_can_be_another_python() -> None:
+    # Its own library directories are found and allowed, the runtime's are not needed.
+    code = "import sys, json, decimal\ndef main():\n    return {'exe': sys.executable}\n"
+    with small_sandbox(workers=1, python=SYSTEM_PYTHON) as other:
+        assert other.execute("python3", code, {}) == {"exe": SYSTEM_PYTHON}
+
+
+def test_the_standard_library_beyond_the_preloaded_modules_imports(pool: ProcessSandbox) -> None:
+    # Not imported by the worker ahead: read from the interpreter's own directories,
+    # which the file-system allow-list must include.
+    code = (
+        "import difflib, pprint, xml.etree.ElementTree as ET, zoneinfo\n"
+        "def main():\n"
+        "    return {'ratio': difflib.SequenceMatcher(None, 'abc', 'abd').ratio(),\n"
+        "            'tag': ET.fromstring('<a/>').tag}\n"
+    )
+    assert pool.execute("python3", code, {}) == {"ratio": 2 / 3, "tag": "a"}

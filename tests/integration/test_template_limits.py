@@ -138,3 +138,43 @@ def test_hostile_template_in_a_workflow_takes_the_fail_branch(
     events = list(load_workflow(flow(template)).run({}, code_executor=pool))
     assert isinstance(events[-1], ev.WorkflowPartialSucceeded)
     assert events[-1].outputs == {"r": error_type}
+
+
+def test_an_llm_jinja2_prompt_that_computes_renders_in_the_sandbox(pool: ProcessSandbox) -> None:
+    from nodes import llm
+
+    class Values:
+        def get(self, selector: tuple[str, ...]) -> Any:
+            return {("s", "n"): 3}.get(tuple(selector))
+
+    data = llm.Data.model_validate(
+        {
+            "type": "llm",
+            "model": {"provider": "p", "name": "m", "mode": "chat"},
+            "prompt_config": {
+                "jinja2_variables": [{"variable": "n", "value_selector": ["s", "n"]}]
+            },
+            "prompt_template": [
+                {
+                    "role": "user",
+                    "edition_type": "jinja2",
+                    "text": "",
+                    "jinja2_text": "{{ '-' * n }}|",
+                }
+            ],
+        }
+    )
+    from nodes.base import NodeContext
+    from nodes.cancel import CancelToken
+
+    def context(executor: ProcessSandbox | None) -> NodeContext:
+        return NodeContext(
+            node_id="l", attempt=1, variables=Values(), cancel=CancelToken(), code_executor=executor
+        )
+
+    assert compile_template("{{ '-' * n }}|").isolate_because == "Mul"
+    (message,) = llm.messages_for(data, context(pool))
+    assert (message["role"], message["content"]) == ("user", "---|")
+    with pytest.raises(Exception) as caught:
+        llm.messages_for(data, context(None))  # no sandbox: refused, not rendered here
+    assert getattr(caught.value, "message_key", "") == "errors.template.noSandbox"

@@ -31,8 +31,10 @@ from tests.run_events import final
 RUNS = 320
 PARALLEL = 24
 SEED = 20240607
-FIRST_TOKEN_S, IDLE_S, TOTAL_S = 0.3, 0.3, 1.0
-STALL_S = 1.5  # > every budget: a stalling backend is always outlasted by the gate
+# Budgets leave a healthy reply room on a shared, loaded 2-core machine (24
+# parallel clients against one server process); the hostile kinds still trip them.
+FIRST_TOKEN_S, IDLE_S, TOTAL_S = 0.5, 0.5, 2.0
+STALL_S = 2.5  # > every budget: a stalling backend is always outlasted by the gate
 BUDGET_OF = {FIRST_TOKEN: FIRST_TOKEN_S, IDLE: IDLE_S, STREAM_TOTAL: TOTAL_S}
 DEADLINE_OF = {
     "FirstTokenTimeoutError": FIRST_TOKEN,
@@ -88,7 +90,9 @@ def check_run(events: list[ev.Event], picks: list[str]) -> None:
     terminal = final(events)
     if fake.CHAOS_EXPECTED[last] is None:
         succeeded = [e for e in events if isinstance(e, ev.NodeSucceeded) and e.node_id == "llm"]
-        assert len(succeeded) == 1, [repr(e) for e in events if e.node_id == "llm"]  # type: ignore[attr-defined]
+        assert len(succeeded) == 1, [
+            repr(e) for e in events if getattr(e, "node_id", None) == "llm"
+        ]
         done = succeeded[0]
         assert done.attempt == len(picks)
         assert done.outputs["text"] == TEXT_OF[last]

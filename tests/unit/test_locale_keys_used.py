@@ -40,9 +40,12 @@ SCANNED_DIRS = (
     "connectors",
     "locales",
     "store",
+    "serve",
 )
-KEY_PREFIXES = ("errors.", "watchdog.", "dsl.", "cli.", "nodes.")
-KEY_SHAPE = re.compile(r"(?:errors|watchdog|dsl|cli|nodes)(?:\.[A-Za-z][A-Za-z0-9_]*)+")
+KEY_PREFIXES = ("errors.", "watchdog.", "dsl.", "cli.", "nodes.", "serve.", "console.")
+KEY_SHAPE = re.compile(
+    r"(?:errors|watchdog|dsl|cli|nodes|serve|console)(?:\.[A-Za-z][A-Za-z0-9_]*)+"
+)
 # A key prefix names at least one level below the namespace ("errors.invoke."):
 # a bare "dsl." is a namespace test (`kind.startswith("dsl.")`), not a key.
 PREFIX_SHAPE = re.compile(r"(?:errors|watchdog|dsl|cli|nodes)(?:\.[A-Za-z][A-Za-z0-9_]*)+\.")

@@ -1,0 +1,635 @@
+"""Dify's Service API over a directory of exports, as a WSGI application.
+
+Routes, request bodies, replies and error bodies follow Dify's
+`api/controllers/service_api/`; the key in `Authorization: Bearer ...` picks
+the app. The run console is served from `/` by the same application.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
+
+from locales import normalize_locale, t
+from locales.localized_error import LocalizedError
+from nodes.base import RoutePlanner
+from nodes.files import DEFAULT_SIZE_LIMITS, MB, FileType
+from nodes.start import InputError
+from runtime.environment import EnvVarError
+from runtime.routes import RouteError
+from runtime.settings import RuntimeSettings
+from sandbox.executor import CodeExecutor
+from serve import bodies, uploads
+from serve.apps import App, AppDirectory
+from serve.errors import (
+    ApiError,
+    invalid_param,
+    not_chat_app,
+    not_found,
+    not_workflow_app,
+    unauthorized,
+)
+from serve.file_links import FileLinks
+from serve.runs import EventStream, RunHandle, RunManager
+from store.base import ConversationRecord, MessageRecord, Store, StoreError
+
+log = logging.getLogger("firstgate.serve")
+
+# A `ping` event after this many seconds without another event (Dify's interval).
+PING_INTERVAL_S = 10.0
+DEFAULT_USER = "DEFAULT-USER"  # Dify's end user when a request names none
+MAX_JSON_BYTES = 4 * MB
+CONSOLE_DIR = Path(__file__).parent / "console"
+# The console's own words, in the browser's language (Accept-Language).
+CONSOLE_KEYS = (
+    "console.app",
+    "console.key",
+    "console.user",
+    "console.run",
+    "console.stop",
+    "console.answer",
+    "console.timeline",
+    "console.node",
+    "console.type",
+    "console.status",
+    "console.events",
+    "console.time",
+    "console.message",
+    "console.newConversation",
+    "console.enterKey",
+    "console.running",
+    "console.firstToken",
+    "console.waiting",
+    "console.retry",
+    "console.fallback",
+)
+_CONSOLE_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+
+
+@dataclass(slots=True)
+class ServeContext:
+    """What every request may use."""
+
+    apps: AppDirectory
+    store: Store
+    runs: RunManager
+    uploads_dir: Path
+    settings: RuntimeSettings | None
+    clients: RoutePlanner | None
+    ping_interval: float = PING_INTERVAL_S
+    links: FileLinks = field(default_factory=FileLinks)
+    code_executor: CodeExecutor | None = None  # shared by every run; None: each run builds one
+
+
+def _rules() -> Map:
+    return Map(
+        [
+            Rule("/", endpoint="console_index", methods=["GET"]),
+            Rule("/console/apps", endpoint="console_apps", methods=["GET"]),
+            Rule("/console/strings", endpoint="console_strings", methods=["GET"]),
+            Rule("/console/<name>", endpoint="console_file", methods=["GET"]),
+            Rule("/files/<upload_id>/file-preview", endpoint="public_file", methods=["GET"]),
+            Rule("/v1/info", endpoint="info", methods=["GET"]),
+            Rule("/v1/meta", endpoint="meta", methods=["GET"]),
+            Rule("/v1/parameters", endpoint="parameters", methods=["GET"]),
+            Rule("/v1/files/upload", endpoint="upload", methods=["POST"]),
+            Rule("/v1/workflows/run", endpoint="run_workflow", methods=["POST"]),
+            Rule("/v1/workflows/run/<run_id>", endpoint="workflow_run", methods=["GET"]),
+            Rule("/v1/workflows/tasks/<task_id>/stop", endpoint="stop", methods=["POST"]),
+            Rule("/v1/chat-messages", endpoint="chat", methods=["POST"]),
+            Rule("/v1/chat-messages/<task_id>/stop", endpoint="stop_chat", methods=["POST"]),
+            Rule("/v1/messages", endpoint="messages", methods=["GET"]),
+            Rule("/v1/conversations", endpoint="conversations", methods=["GET"]),
+            Rule(
+                "/v1/conversations/<conversation_id>",
+                endpoint="delete_conversation",
+                methods=["DELETE"],
+            ),
+        ],
+        strict_slashes=False,
+    )
+
+
+def _locale(request: Request) -> str | None:
+    header = request.headers.get("Accept-Language", "")
+    first = header.split(",", 1)[0].split(";", 1)[0].strip()
+    return normalize_locale(first) if first else None
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(
+        json.dumps(data, ensure_ascii=False, default=str),
+        status=status,
+        mimetype="application/json",
+    )
+
+
+def _error(error: ApiError, locale: str | None) -> Response:
+    response = Response(error.encoded(locale), status=error.status, mimetype="application/json")
+    if error.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="api"'
+    return response
+
+
+def _http_error(exc: HTTPException) -> ApiError:
+    # Dify's code for werkzeug's errors: the class name in snake case.
+    name = type(exc).__name__
+    code = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+    return ApiError(exc.code or 500, code, "serve.error.http", http_status=exc.code or 500)
+
+
+def sse(event: bytes) -> bytes:
+    """One event (its JSON text) as Server-Sent Events: Dify's `data: {json}` frame."""
+    return b"data: " + event + b"\n\n"
+
+
+PING = b"event: ping\n\n"
+
+
+class ServiceApi:
+    def __init__(self, context: ServeContext) -> None:
+        self.context = context
+        self.urls = _rules()
+
+    # ---- WSGI
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        request = Request(environ)
+        request.max_content_length = MAX_JSON_BYTES
+        response = self.dispatch(request)
+        return response(environ, start_response)
+
+    def dispatch(self, request: Request) -> Response:
+        locale = _locale(request)
+        try:
+            endpoint, values = self.urls.bind_to_environ(request.environ).match()
+            handler = getattr(self, f"_{endpoint}")
+            if endpoint.startswith(("console", "public")):
+                return handler(request, **values)
+            app = self._app(request)
+            return handler(request, app, **values)
+        except ApiError as exc:
+            return _error(exc, locale)
+        except HTTPException as exc:
+            return _error(_http_error(exc), locale)
+        except Exception:  # noqa: BLE001 - logged here; the client gets Dify's 500 body
+            log.exception("request %s %s failed", request.method, request.path)
+            return _error(ApiError(500, "internal_server_error", "serve.error.internal"), locale)
+
+    def _app(self, request: Request) -> App:
+        header = request.headers.get("Authorization")
+        if header is None or " " not in header.strip():
+            raise unauthorized("serve.error.noBearer")
+        scheme, _, key = header.strip().partition(" ")
+        if scheme.lower() != "bearer":
+            raise unauthorized("serve.error.notBearer")
+        app = self.context.apps.by_key(key.strip())
+        if app is None:
+            raise unauthorized("serve.error.badKey")
+        return app
+
+    # ---- the console
+
+    def _console_index(self, request: Request) -> Response:
+        return self._console_file(request, "index.html")
+
+    def _console_file(self, request: Request, name: str) -> Response:
+        path = CONSOLE_DIR / name
+        kind = _CONSOLE_TYPES.get(path.suffix)
+        if "/" in name or kind is None or not path.is_file():
+            raise not_found("serve.error.noSuchPage")
+        response = Response(path.read_bytes(), mimetype=kind)
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'"
+        )
+        return response
+
+    def _console_strings(self, request: Request) -> Response:
+        locale = _locale(request)
+        return _json({key: t(key, locale) for key in CONSOLE_KEYS})
+
+    def _console_apps(self, request: Request) -> Response:
+        return _json(
+            {
+                "data": [
+                    {"stem": a.stem, "name": a.name, "mode": a.mode, "description": a.description}
+                    for a in self.context.apps.apps.values()
+                ]
+            }
+        )
+
+    def _public_file(self, request: Request, upload_id: str) -> Response:
+        args = request.args
+        valid = self.context.links.valid(
+            upload_id, args.get("timestamp", ""), args.get("nonce", ""), args.get("sign", "")
+        )
+        record = self.context.store.upload(upload_id) if valid else None
+        if record is None:
+            raise ApiError(403, "forbidden", "serve.error.badLink")
+        response = Response(Path(record.path).read_bytes(), mimetype=record.mime_type)
+        response.headers["Content-Disposition"] = "inline"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
+
+    # ---- the app
+
+    def _info(self, request: Request, app: App) -> Response:
+        return _json(
+            {
+                "name": app.name,
+                "description": app.description,
+                "tags": [],
+                "mode": app.mode,
+                "author_name": "",
+            }
+        )
+
+    def _meta(self, request: Request, app: App) -> Response:
+        return _json({"tool_icons": {}})
+
+    def _parameters(self, request: Request, app: App) -> Response:
+        return _json(parameters(app))
+
+    # ---- files
+
+    def _upload(self, request: Request, app: App) -> Response:
+        request.max_content_length = uploads.largest_limit(app) + MB
+        given = request.files.getlist("file")
+        if len(request.files) > 1 or len(given) > 1:
+            raise ApiError(400, "too_many_files", "serve.error.tooManyFiles")
+        if not given:
+            raise ApiError(400, "no_file_uploaded", "serve.error.noFile")
+        user = request.form.get("user") or DEFAULT_USER
+        record = uploads.save_upload(
+            app,
+            user,
+            given[0].filename or "",
+            given[0].stream,
+            directory=self.context.uploads_dir,
+            store=self.context.store,
+        )
+        return _json(
+            {
+                "id": record.id,
+                "name": record.name,
+                "size": record.size,
+                "extension": record.extension,
+                "mime_type": record.mime_type,
+                "created_by": record.user_id,
+                "created_at": int(record.created_at),
+                "preview_url": None,
+                "source_url": None,
+                "original_url": None,
+                "user_id": record.user_id,
+                "tenant_id": None,
+                "conversation_id": None,
+                "file_key": None,
+            },
+            201,
+        )
+
+    # ---- runs
+
+    def _run_workflow(self, request: Request, app: App) -> Response:
+        if app.chat:
+            raise not_workflow_app()
+        body = bodies.validate(bodies.WorkflowRunBody, bodies.parse_json(request.get_data()))
+        handle = self._start(
+            app,
+            body.inputs,
+            body.user,
+            body.files,
+            query=None,
+            conversation=None,
+            base_url=request.host_url,
+        )
+        if body.response_mode == "streaming":
+            return self._streaming(handle)
+        return _json(workflow_reply(handle, _wait(handle.stream)))
+
+    def _chat(self, request: Request, app: App) -> Response:
+        if not app.chat:
+            raise not_chat_app()
+        body = bodies.validate(bodies.ChatBody, bodies.parse_json(request.get_data()))
+        if body.conversation_id is not None:
+            self._conversation(app, body.conversation_id, body.user)
+        handle = self._start(
+            app,
+            body.inputs,
+            body.user,
+            body.files,
+            query=body.query,
+            conversation=body.conversation_id,
+            base_url=request.host_url,
+        )
+        if body.response_mode == "streaming":
+            return self._streaming(handle)
+        return _json(chat_reply(handle, app, _wait(handle.stream)))
+
+    def _start(
+        self,
+        app: App,
+        inputs: dict[str, Any],
+        user: str,
+        files: list[dict[str, Any]] | None,
+        *,
+        query: str | None,
+        conversation: str | None,
+        base_url: str,
+    ) -> RunHandle:
+        context = self.context
+        if not context.runs.accepting:
+            raise ApiError(503, "service_unavailable", "serve.error.draining")
+        store = context.store
+
+        def link(upload_id: str) -> str:
+            return context.links.link(base_url, upload_id)
+
+        resolved = uploads.resolve_inputs(inputs, app, store, link)
+        sys_files = uploads.resolve_files(files, app, store, link)
+        try:
+            run = app.workflow.run(
+                resolved,
+                query=query,
+                conversation_id=conversation,
+                user=user,
+                files=sys_files,
+                store=store,
+                settings=context.settings,
+                clients=context.clients,
+                code_executor=context.code_executor,
+            )
+        except InputError as exc:
+            raise invalid_param("serve.error.input", error=exc.render()) from None
+        except RouteError as exc:
+            raise ApiError(
+                400, "provider_not_initialize", "serve.error.provider", error=exc.render()
+            ) from None
+        except EnvVarError as exc:
+            raise ApiError(400, "app_unavailable", "serve.error.app", error=exc.render()) from None
+        except StoreError as exc:
+            if exc.message_key == "errors.store.foreignConversation":
+                raise not_found("serve.error.noConversation") from None
+            raise ApiError(
+                400, "conversation_busy", "serve.error.store", error=exc.render()
+            ) from None
+        except LocalizedError as exc:
+            raise invalid_param("serve.error.input", error=exc.render()) from None
+        return context.runs.start(run, app_stem=app.stem, user=user)
+
+    def _streaming(self, handle: RunHandle) -> Response:
+        stream = handle.stream
+        interval = self.context.ping_interval
+
+        def frames() -> Iterator[bytes]:
+            for event in stream.follow(interval):
+                yield PING if event is None else sse(event)
+
+        response = Response(frames(), mimetype="text/event-stream", direct_passthrough=True)
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Accel-Buffering"] = "no"
+        return response
+
+    def _stop(self, request: Request, app: App, task_id: str) -> Response:
+        if app.chat:
+            raise not_workflow_app()
+        return self._stop_task(request, app, task_id)
+
+    def _stop_chat(self, request: Request, app: App, task_id: str) -> Response:
+        if not app.chat:
+            raise not_chat_app()
+        return self._stop_task(request, app, task_id)
+
+    def _stop_task(self, request: Request, app: App, task_id: str) -> Response:
+        body = bodies.validate(bodies.UserBody, bodies.parse_json(request.get_data()))
+        # Dify answers success whether or not the task was running (a stop flag).
+        self.context.runs.stop(
+            task_id, app_id=app.workflow.app_id, user=body.user, reason=t("serve.stoppedByUser")
+        )
+        return _json({"result": "success"})
+
+    def _workflow_run(self, request: Request, app: App, run_id: str) -> Response:
+        record = self.context.store.run(run_id)
+        if record is not None and record.app_id == app.workflow.app_id:
+            return _json(
+                {
+                    "id": record.id,
+                    "workflow_id": record.workflow_id,
+                    "status": record.status,
+                    "inputs": record.inputs,
+                    "outputs": record.outputs,
+                    "error": record.error,
+                    "total_steps": record.total_steps,
+                    "total_tokens": record.total_tokens,
+                    "created_at": int(record.created_at),
+                    "finished_at": int(record.finished_at),
+                    "elapsed_time": record.elapsed_time,
+                }
+            )
+        live = self.context.runs.by_run_id(run_id)
+        if live is None or live.app_id != app.workflow.app_id:
+            raise not_found("serve.error.noRun")
+        started = live.stream.events()[:1]
+        return _json(
+            {
+                "id": live.workflow_run_id,
+                "workflow_id": app.workflow.workflow_id,
+                "status": "running",
+                "inputs": started[0]["data"].get("inputs", {}) if started else {},
+                "outputs": {},
+                "error": None,
+                "total_steps": 0,
+                "total_tokens": 0,
+                "created_at": int(live.started_at),
+                "finished_at": None,
+                "elapsed_time": 0.0,
+            }
+        )
+
+    # ---- conversations
+
+    def _conversation(self, app: App, conversation_id: str, user: str) -> ConversationRecord:
+        found = self.context.store.conversation(conversation_id)
+        if found is None or found.app_id != app.workflow.app_id or found.user_id != user:
+            raise not_found("serve.error.noConversation")
+        return found
+
+    def _messages(self, request: Request, app: App) -> Response:
+        if not app.chat:
+            raise not_chat_app()
+        query = bodies.validate(bodies.MessagesQuery, dict(request.args))
+        self._conversation(app, query.conversation_id, query.user)
+        try:
+            page, more = self.context.store.message_page(
+                query.conversation_id, before_id=query.first_id, limit=query.limit
+            )
+        except KeyError:
+            raise not_found("serve.error.noFirstMessage") from None
+        return _json({"limit": query.limit, "has_more": more, "data": [message(m) for m in page]})
+
+    def _conversations(self, request: Request, app: App) -> Response:
+        if not app.chat:
+            raise not_chat_app()
+        query = bodies.validate(bodies.ConversationsQuery, dict(request.args))
+        try:
+            page, more = self.context.store.conversations(
+                app_id=app.workflow.app_id,
+                user_id=query.user,
+                after_id=query.last_id,
+                limit=query.limit,
+                sort_by=query.sort_by,
+            )
+        except KeyError:
+            raise not_found("serve.error.noLastConversation") from None
+        return _json(
+            {"limit": query.limit, "has_more": more, "data": [conversation(c) for c in page]}
+        )
+
+    def _delete_conversation(self, request: Request, app: App, conversation_id: str) -> Response:
+        if not app.chat:
+            raise not_chat_app()
+        raw = request.get_data()
+        user = bodies.validate(bodies.UserBody, bodies.parse_json(raw)).user if raw.strip() else ""
+        deleted = self.context.store.delete_conversation(
+            conversation_id, app_id=app.workflow.app_id, user_id=user or DEFAULT_USER
+        )
+        if not deleted:
+            raise not_found("serve.error.noConversation")
+        return Response(status=204)
+
+
+def _wait(stream: EventStream) -> list[dict[str, Any]]:
+    """Every event of the run, once it has ended (a blocking reply)."""
+    for _ in stream.follow(PING_INTERVAL_S):
+        pass
+    return stream.events()
+
+
+def _find(events: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    return next((e for e in reversed(events) if e.get("event") == name), None)
+
+
+def workflow_reply(handle: RunHandle, events: list[dict[str, Any]]) -> dict[str, Any]:
+    finished = _find(events, "workflow_finished")
+    if finished is None:
+        raise ApiError(500, "internal_server_error", "serve.error.internal")
+    return {
+        "task_id": handle.task_id,
+        "workflow_run_id": handle.workflow_run_id,
+        "data": finished["data"],
+    }
+
+
+def chat_reply(handle: RunHandle, app: App, events: list[dict[str, Any]]) -> dict[str, Any]:
+    ended = _find(events, "message_end")
+    if ended is None:
+        failure = _find(events, "error") or {}
+        raise ApiError(
+            400,
+            "completion_request_error",
+            "serve.error.runFailed",
+            error=str(failure.get("message") or ""),
+        )
+    answer = "".join(str(e.get("answer", "")) for e in events if e.get("event") == "message")
+    return {
+        "event": "message",
+        "task_id": handle.task_id,
+        "id": ended.get("message_id"),
+        "message_id": ended.get("message_id"),
+        "conversation_id": ended.get("conversation_id"),
+        "mode": app.mode,
+        "answer": answer,
+        "metadata": ended.get("metadata", {}),
+        "created_at": ended.get("created_at"),
+    }
+
+
+def message(record: MessageRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "conversation_id": record.conversation_id,
+        "parent_message_id": None,
+        "inputs": record.inputs,
+        "query": record.query,
+        "answer": record.answer,
+        "message_files": [],
+        "feedback": None,
+        "retriever_resources": [],
+        "agent_thoughts": [],
+        "created_at": int(record.created_at),
+        "status": record.status,
+        "error": record.error,
+    }
+
+
+def conversation(record: ConversationRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "name": record.name,
+        "inputs": record.inputs,
+        "status": "normal",
+        "introduction": "",
+        "created_at": int(record.created_at),
+        "updated_at": int(record.updated_at),
+    }
+
+
+# Dify's defaults for the features an export does not set (`/parameters`).
+_FEATURE_DEFAULTS: dict[str, Any] = {
+    "suggested_questions_after_answer": {"enabled": False},
+    "speech_to_text": {"enabled": False},
+    "text_to_speech": {"enabled": False},
+    "retriever_resource": {"enabled": False},
+    "annotation_reply": {"enabled": False},
+    "more_like_this": {"enabled": False},
+    "sensitive_word_avoidance": {"enabled": False, "type": "", "configs": []},
+}
+WORKFLOW_FILE_UPLOAD_LIMIT = 10  # Dify's WORKFLOW_FILE_UPLOAD_LIMIT (files per input)
+
+
+def parameters(app: App) -> dict[str, Any]:
+    features = app.features
+    config = app.workflow.upload_config
+    limits = {
+        kind: config.get(key) or DEFAULT_SIZE_LIMITS[kind] // MB
+        for kind, key in (
+            (FileType.IMAGE, "image_file_size_limit"),
+            (FileType.VIDEO, "video_file_size_limit"),
+            (FileType.AUDIO, "audio_file_size_limit"),
+            (FileType.DOCUMENT, "file_size_limit"),
+        )
+    }
+    reply: dict[str, Any] = {
+        "opening_statement": features.get("opening_statement"),
+        "suggested_questions": features.get("suggested_questions") or [],
+    }
+    for name, default in _FEATURE_DEFAULTS.items():
+        reply[name] = features.get(name) or default
+    reply["user_input_form"] = [{v.get("type", "text-input"): v} for v in app.start_variables]
+    reply["file_upload"] = features.get("file_upload") or {
+        "image": {
+            "enabled": False,
+            "number_limits": 3,
+            "detail": "high",
+            "transfer_methods": ["remote_url", "local_file"],
+        }
+    }
+    reply["system_parameters"] = {
+        "image_file_size_limit": limits[FileType.IMAGE],
+        "video_file_size_limit": limits[FileType.VIDEO],
+        "audio_file_size_limit": limits[FileType.AUDIO],
+        "file_size_limit": limits[FileType.DOCUMENT],
+        "workflow_file_upload_limit": config.get("workflow_file_upload_limit")
+        or WORKFLOW_FILE_UPLOAD_LIMIT,
+    }
+    return reply

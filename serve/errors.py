@@ -1,0 +1,56 @@
+"""Dify's error replies: `{"code", "message", "status"}` with Dify's codes and
+HTTP statuses, so a Dify client's error handling works unchanged. The message
+is firstgate's own, translated (`Accept-Language`, else en-US)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from locales import t
+
+
+class ApiError(Exception):
+    """An error reply: Dify's `code` and HTTP `status`, a message key and its params."""
+
+    def __init__(self, status: int, code: str, message_key: str, **params: Any) -> None:
+        self.status = status
+        self.code = code
+        self.message_key = message_key
+        self.params = params
+        super().__init__(t(message_key, None, **params))
+
+    def body(self, locale: str | None = None) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": t(self.message_key, locale, **self.params),
+            "status": self.status,
+        }
+
+    def encoded(self, locale: str | None = None) -> bytes:
+        return json.dumps(self.body(locale), ensure_ascii=False).encode()
+
+
+# The errors Dify's Service API answers with (code, status), by what went wrong.
+def unauthorized(message_key: str) -> ApiError:
+    return ApiError(401, "unauthorized", message_key)
+
+
+def invalid_param(message_key: str, **params: Any) -> ApiError:
+    return ApiError(400, "invalid_param", message_key, **params)
+
+
+def bad_request(message_key: str, **params: Any) -> ApiError:
+    return ApiError(400, "bad_request", message_key, **params)
+
+
+def not_found(message_key: str, **params: Any) -> ApiError:
+    return ApiError(404, "not_found", message_key, **params)
+
+
+def not_chat_app() -> ApiError:
+    return ApiError(400, "not_chat_app", "serve.error.notChatApp")
+
+
+def not_workflow_app() -> ApiError:
+    return ApiError(400, "not_workflow_app", "serve.error.notWorkflowApp")

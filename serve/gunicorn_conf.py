@@ -1,0 +1,30 @@
+"""gunicorn settings for `serve.wsgi`: one gevent worker, a drain on SIGTERM.
+
+gunicorn's graceful timeout waits for open requests; runs whose client has
+gone are not requests any more, so `worker_exit` drains them the way the
+embedded server does (finish within the grace period, then stop and record)."""
+
+import os
+
+from serve.server import DEFAULT_GRACE_S, raise_open_file_limit
+
+worker_class = "gevent"
+workers = 1
+worker_connections = 4096
+bind = os.environ.get("FIRSTGATE_BIND", "127.0.0.1:5001")
+graceful_timeout = int(float(os.environ.get("FIRSTGATE_GRACE", DEFAULT_GRACE_S))) + 5
+timeout = 0  # streams are long; the runs' own limits end them
+
+
+def post_worker_init(worker):  # type: ignore[no-untyped-def]
+    raise_open_file_limit()
+
+
+def worker_exit(server, worker):  # type: ignore[no-untyped-def]
+    from locales import t
+    from serve import wsgi
+
+    if wsgi.SERVICE is not None:
+        grace = float(os.environ.get("FIRSTGATE_GRACE", DEFAULT_GRACE_S))
+        wsgi.SERVICE.context.runs.drain(grace, t("serve.stoppedByShutdown"))
+        wsgi.SERVICE.close()

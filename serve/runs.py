@@ -1,0 +1,252 @@
+"""Runs in flight: each run's events go into its own stream, which any number of
+readers follow (a streaming reply, a blocking reply, nobody at all).
+
+A run is started by `RunManager.start`, executed by an `Executor`, and its
+events are published to an `EventStream` by task id. The HTTP side only reads
+streams and asks for stops, so a later executor can run the workflow in
+another process (a Celery worker) and publish to a shared stream (Redis
+Streams) without the HTTP side changing: `EventStream.read(after, timeout)`
+is the shape of `XREAD`, and `stop` is a message to whoever holds the run.
+
+Reading never drives the run: a client that disconnects stops reading, and the
+run goes on to its end and is recorded (Dify's behaviour); only `stop` ends it
+early.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.engine import WorkflowRun
+
+# How long a finished run's events stay readable (a blocking caller, a late reader).
+KEEP_FINISHED_S = 300.0
+
+
+class EventStream:
+    """One run's events, in order, readable from any index.
+
+    Each event is kept as its JSON text (Dify's wire form, encoded once): what a
+    streaming reply sends as is, what a later stream store (Redis) would hold,
+    and, unlike nested dicts, nothing the garbage collector has to walk while
+    thousands of runs are kept."""
+
+    def __init__(self) -> None:
+        self._events: list[bytes] = []
+        self._ended = False
+        self._changed = threading.Condition()
+        self.ended_at: float | None = None
+
+    def publish(self, event: dict[str, Any]) -> None:
+        encoded = json.dumps(event, ensure_ascii=False, default=str).encode()
+        with self._changed:
+            self._events.append(encoded)
+            self._changed.notify_all()
+
+    def end(self) -> None:
+        with self._changed:
+            if not self._ended:
+                self._ended = True
+                self.ended_at = time.monotonic()
+            self._changed.notify_all()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def read(self, after: int, timeout: float) -> tuple[list[bytes], bool]:
+        """Events from index `after` on, waiting up to `timeout` for one; and whether
+        the stream has ended (nothing more will come after these)."""
+        with self._changed:
+            if len(self._events) <= after and not self._ended:
+                self._changed.wait(timeout)
+            return self._events[after:], self._ended
+
+    def follow(self, idle: float) -> Iterator[bytes | None]:
+        """Every event until the end; None each time `idle` seconds pass without one."""
+        seen = 0
+        while True:
+            batch, ended = self.read(seen, idle)
+            seen += len(batch)
+            yield from batch
+            if ended:
+                return
+            if not batch:
+                yield None
+
+    def events(self) -> list[dict[str, Any]]:
+        """The events so far, decoded."""
+        batch, _ = self.read(0, 0)
+        return [json.loads(e) for e in batch]
+
+
+@dataclass(slots=True)
+class RunHandle:
+    """What the HTTP side knows of a run in flight."""
+
+    task_id: str
+    workflow_run_id: str
+    app_stem: str
+    app_id: str
+    user: str
+    chat: bool
+    stream: EventStream
+    stop: Callable[[str], None]
+    started_at: float = field(default_factory=time.time)
+    stopped_by: str | None = None
+
+
+class Executor(ABC):
+    """Runs a started workflow run and publishes its events."""
+
+    @abstractmethod
+    def execute(self, run: WorkflowRun, stream: EventStream, on_end: Callable[[], None]) -> None:
+        """Start draining `run` into `stream`; return at once."""
+
+
+class ThreadExecutor(Executor):
+    """In this process: a thread per run (a greenlet when gevent has patched threading)."""
+
+    def execute(self, run: WorkflowRun, stream: EventStream, on_end: Callable[[], None]) -> None:
+        threading.Thread(
+            target=_drain, args=(run, stream, on_end), name=f"run-{run.run_id}", daemon=True
+        ).start()
+
+
+# The event after which a run sends nothing more (the engine may still be
+# cleaning up: worker threads, connections); its stream ends right there.
+def _last_event(run: WorkflowRun) -> tuple[str, ...]:
+    return ("message_end", "error") if run.info.chat else ("workflow_finished",)
+
+
+def _drain(run: WorkflowRun, stream: EventStream, on_end: Callable[[], None]) -> None:
+    last = _last_event(run)
+    try:
+        for event in run:
+            wire = event.to_dict()
+            stream.publish(wire)
+            if wire["event"] in last:
+                stream.end()
+    except Exception as exc:  # noqa: BLE001 - the engine reports failures as events; this is a bug
+        stream.publish(_internal_error(run, exc))
+    finally:
+        stream.end()
+        on_end()
+
+
+def _internal_error(run: WorkflowRun, exc: BaseException) -> dict[str, Any]:
+    return {
+        **run.info.envelope("error"),
+        "status": 500,
+        "code": "internal_server_error",
+        "message": f"{type(exc).__name__}: {exc}",
+    }
+
+
+def _already_ended(reason: str) -> None:
+    """`stop` of a run that has ended: nothing to do."""
+
+
+class RunManager:
+    """The runs of one server process, by task id."""
+
+    def __init__(self, executor: Executor | None = None) -> None:
+        self.executor = executor or ThreadExecutor()
+        self._runs: dict[str, RunHandle] = {}
+        self._by_run_id: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._active = 0
+        self.accepting = True
+
+    def start(self, run: WorkflowRun, *, app_stem: str, user: str) -> RunHandle:
+        info = run.info
+        handle = RunHandle(
+            task_id=info.task_id,
+            workflow_run_id=info.workflow_run_id,
+            app_stem=app_stem,
+            app_id=info.app_id,
+            user=user,
+            chat=info.chat,
+            stream=EventStream(),
+            stop=run.abort,
+        )
+        with self._lock:
+            self._forget_old()
+            self._runs[handle.task_id] = handle
+            self._by_run_id[handle.workflow_run_id] = handle.task_id
+            self._active += 1
+        self.executor.execute(run, handle.stream, lambda: self._ended(handle))
+        return handle
+
+    def _ended(self, handle: RunHandle) -> None:
+        # Let the run go: a finished handle keeps its events, not the engine's
+        # objects (thousands of those would make every garbage collection slow).
+        handle.stop = _already_ended
+        with self._lock:
+            self._active -= 1
+            idle = self._active == 0
+            self._idle.notify_all()
+        if idle:
+            # The runs' cyclic garbage is collected now, while nothing runs: the
+            # full pass it needs would otherwise land in the middle of a later
+            # stream (or a stop) as a pause of hundreds of milliseconds.
+            gc.collect()
+
+    def _forget_old(self) -> None:
+        now = time.monotonic()
+        for task_id, handle in list(self._runs.items()):
+            ended = handle.stream.ended_at
+            if ended is not None and now - ended > KEEP_FINISHED_S:
+                del self._runs[task_id]
+                self._by_run_id.pop(handle.workflow_run_id, None)
+
+    def get(self, task_id: str) -> RunHandle | None:
+        with self._lock:
+            return self._runs.get(task_id)
+
+    def by_run_id(self, workflow_run_id: str) -> RunHandle | None:
+        with self._lock:
+            task_id = self._by_run_id.get(workflow_run_id)
+            return self._runs.get(task_id) if task_id else None
+
+    def stop(self, task_id: str, *, app_id: str, user: str, reason: str) -> bool:
+        """Stop a run of this app and user; False when there is no such run in flight."""
+        handle = self.get(task_id)
+        if handle is None or handle.app_id != app_id or handle.user != user:
+            return False
+        if handle.stream.ended:
+            return False
+        handle.stopped_by = reason
+        handle.stop(reason)
+        return True
+
+    @property
+    def active(self) -> int:
+        with self._lock:
+            return self._active
+
+    def drain(self, grace: float, reason: str, settle: float = 10.0) -> None:
+        """Stop taking runs, let those in flight finish within `grace` seconds, then
+        stop the rest (recorded as `stopped` with what they had) and wait for them
+        to be recorded, `settle` seconds at most."""
+        self.accepting = False
+        give_up = time.monotonic() + max(0.0, grace)
+        with self._lock:
+            while self._active and time.monotonic() < give_up:
+                self._idle.wait(give_up - time.monotonic())
+            left = [h for h in self._runs.values() if not h.stream.ended]
+        for handle in left:
+            handle.stopped_by = reason
+            handle.stop(reason)
+        settle_until = time.monotonic() + settle
+        with self._lock:
+            while self._active and time.monotonic() < settle_until:
+                self._idle.wait(settle_until - time.monotonic())

@@ -1,0 +1,195 @@
+"""`firstgate serve`: the Service API on gevent's WSGI server, in this process.
+
+Why gevent's server: firstgate's runtime is gevent-first (every socket wait
+is a greenlet switch, the gate's deadlines and cancels work per greenlet), and
+a streaming run is mostly waiting on two sockets, the model server's and the
+client's. gevent's `pywsgi` is the server that gunicorn's gevent worker runs
+(Dify's own deployment: Flask on gunicorn with gevent workers), so a slow
+stream costs a greenlet, not a thread, and the same code runs embedded here or
+under gunicorn (`serve/wsgi.py`, the production command in the README).
+
+SIGTERM (and SIGINT) drain: the listening socket closes at once, runs in
+flight get `--grace` seconds to finish, then they are stopped (recorded as
+`stopped` with the output they had) and the process exits; child processes
+(the embedded llama-server, code sandboxes) are closed on the way out.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import resource
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from locales import t
+from runtime.code_executors import build_code_executor
+from runtime.route_clients import RouteClients
+from runtime.routes import ModelRoutes
+from runtime.settings import RuntimeSettings
+from serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
+from serve.apps import AppDirectory, load_directory
+from serve.runs import RunManager
+from store import open_store
+from store.base import Store
+from store.sqlite import default_path
+
+log = logging.getLogger("firstgate.serve")
+
+DEFAULT_PORT = 5001  # Dify's API port
+DEFAULT_GRACE_S = 30.0
+# Simultaneous streams per model route: one connection each (a stream holds it).
+MAX_ROUTE_CONNECTIONS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    apps_dir: Path
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    settings: RuntimeSettings | None = None
+    database: str | None = None  # a PostgreSQL URL or a SQLite path; None: the default file
+    uploads_dir: Path | None = None
+    grace: float = DEFAULT_GRACE_S
+    locale: str | None = None
+    ping_interval: float = PING_INTERVAL_S
+
+
+class SharedClients:
+    """The process's model routes, shared by every run (one connection pool per
+    route, one embedded llama-server). A run's engine does not close them."""
+
+    def __init__(self, clients: RouteClients) -> None:
+        self._clients = clients
+
+    def plan_for(self, provider: str) -> Any:
+        return self._clients.plan_for(provider)
+
+
+def raise_open_file_limit() -> None:
+    """Each stream holds two sockets: take the hard limit on open files."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            pass
+
+
+@dataclass(slots=True)
+class Service:
+    """Everything one serving process holds; `close()` lets it all go."""
+
+    context: ServeContext
+    api: ServiceApi
+    route_clients: RouteClients
+
+    def close(self) -> None:
+        if self.context.code_executor is not None:
+            self.context.code_executor.close()
+        self.route_clients.close()
+        self.context.store.close()
+
+
+def build_service(
+    config: ServeConfig, environ: Mapping[str, str], directory: AppDirectory | None = None
+) -> Service:
+    apps = directory if directory is not None else load_directory(config.apps_dir, environ)
+    store: Store = open_store(config.database)
+    uploads_dir = config.uploads_dir or _default_uploads(config.database)
+    uploads_dir.mkdir(parents=True, exist_ok=True)
+    routes = ModelRoutes(config.settings)
+    route_clients = RouteClients(routes, max_connections=MAX_ROUTE_CONNECTIONS)
+    providers = {p for app in apps.apps.values() for p in app.workflow.llm_providers()}
+    # One pool of code sandboxes for every run of every app (started on first use).
+    needs_code = any(app.workflow.uses_code_executor() for app in apps.apps.values())
+    code_executor = (
+        build_code_executor(config.settings.code_executor if config.settings else None)
+        if needs_code
+        else None
+    )
+    try:
+        if route_clients.needs_local(providers):
+            route_clients.start_local()
+        context = ServeContext(
+            apps=apps,
+            store=store,
+            runs=RunManager(),
+            uploads_dir=uploads_dir,
+            settings=config.settings,
+            clients=SharedClients(route_clients),
+            ping_interval=config.ping_interval,
+            code_executor=code_executor,
+        )
+    except BaseException:
+        if code_executor is not None:
+            code_executor.close()
+        route_clients.close()
+        store.close()
+        raise
+    return Service(context, ServiceApi(context), route_clients)
+
+
+def _default_uploads(database: str | None) -> Path:
+    if database and "://" not in database:
+        return Path(database).expanduser().resolve().parent / "uploads"
+    return default_path().parent / "uploads"
+
+
+def report_apps(apps: AppDirectory, locale: str | None) -> None:
+    for skipped in apps.skipped:
+        print(
+            t("serve.start.skipped", locale, file=skipped.path.name)
+            + " "
+            + t(skipped.message_key, locale, **skipped.params),
+            file=sys.stderr,
+        )
+    for app in apps.apps.values():
+        print(t("serve.start.app", locale, name=app.name, file=app.path.name, mode=app.mode))
+
+
+def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None) -> int:
+    import gevent
+    import gevent.event
+    from gevent.pywsgi import WSGIServer
+
+    environ = os.environ if environ is None else environ
+    apps = load_directory(config.apps_dir, environ)
+    report_apps(apps, config.locale)
+    if not apps.apps:
+        print(t("serve.start.noApps", config.locale, dir=str(config.apps_dir)), file=sys.stderr)
+        return 2
+    raise_open_file_limit()
+    service = build_service(config, environ, apps)
+    # What start-up built (workflows, settings, clients) lives as long as the
+    # process: out of the collector's way, so its full passes stay short.
+    gc.freeze()
+    server = WSGIServer(
+        (config.host, config.port), service.api, log=None, error_log=log, backlog=2048
+    )
+    server.start()
+    host, port = server.address[:2]
+    print(t("serve.start.listening", config.locale, url=f"http://{host}:{port}/"), flush=True)
+    stopping = gevent.event.Event()
+
+    def on_signal() -> None:
+        stopping.set()
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(number, on_signal)
+    try:
+        stopping.wait()
+        print(t("serve.stop.draining", config.locale, grace=config.grace), flush=True)
+        server.close()  # stop accepting; open connections go on
+        service.context.runs.drain(config.grace, t("serve.stoppedByShutdown", config.locale))
+        server.stop(timeout=2.0)
+    finally:
+        service.close()
+    print(t("serve.stop.done", config.locale), flush=True)
+    return 0

@@ -1,0 +1,41 @@
+"""The production entry point: the same application under gunicorn's gevent worker.
+
+    FIRSTGATE_APPS_DIR=apps/ gunicorn -c python:serve.gunicorn_conf 'serve.wsgi:application()'
+
+Settings come from the environment: `FIRSTGATE_APPS_DIR` (required),
+`FIRSTGATE_MODELS` (the settings file), `FIRSTGATE_DATABASE_URL` or
+`FIRSTGATE_STATE`, `FIRSTGATE_UPLOADS`, `FIRSTGATE_GRACE`. One worker
+process: runs and their stop requests live in the process that started them
+(several processes need the Celery/Redis mode).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from runtime.settings import load_settings
+from serve.server import DEFAULT_GRACE_S, ServeConfig, Service, build_service, report_apps
+
+SERVICE: Service | None = None
+
+
+def config_from_env() -> ServeConfig:
+    models = os.environ.get("FIRSTGATE_MODELS")
+    uploads = os.environ.get("FIRSTGATE_UPLOADS")
+    return ServeConfig(
+        apps_dir=Path(os.environ["FIRSTGATE_APPS_DIR"]),
+        settings=load_settings(models) if models else None,
+        database=os.environ.get("FIRSTGATE_DATABASE_URL") or os.environ.get("FIRSTGATE_STATE"),
+        uploads_dir=Path(uploads) if uploads else None,
+        grace=float(os.environ.get("FIRSTGATE_GRACE", DEFAULT_GRACE_S)),
+    )
+
+
+def application():  # type: ignore[no-untyped-def]
+    """Build the service once per worker process and return its WSGI callable."""
+    global SERVICE
+    if SERVICE is None:
+        SERVICE = build_service(config_from_env(), os.environ)
+        report_apps(SERVICE.context.apps, None)
+    return SERVICE.api
