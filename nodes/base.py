@@ -96,6 +96,25 @@ def _ignore_event(event: FallbackEvent) -> None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class AgentLogEntry:
+    """One step of an agent's work (Dify's `agent_log`): a round, a model's
+    thought in it, a tool call. A step is reported when it starts and again,
+    with the same `id`, when it ends (`status` "success" or "error")."""
+
+    id: str
+    label: str
+    status: str  # "start", "success", "error"
+    parent_id: str | None = None
+    error: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _ignore_agent_log(entry: AgentLogEntry) -> None:
+    return None
+
+
 class NodeRunError(LocalizedError):
     """A node failed for a reason of its own (not the transport's)."""
 
@@ -121,6 +140,8 @@ class NodeContext:
     emit_wait: WaitSink = _ignore_wait
     # Swaps, caps, skips and budget stops of a fallback chain.
     emit_fallback: Callable[[FallbackEvent], None] = _ignore_event
+    # An agent's rounds and tool calls (Dify's `agent_log` events).
+    emit_agent_log: Callable[[AgentLogEntry], None] = _ignore_agent_log
     clients: Clients | None = None
     inputs: Mapping[str, Any] = field(default_factory=dict)
     # Runs untrusted code and templates that need a process of their own.

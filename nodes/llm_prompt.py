@@ -149,6 +149,11 @@ def _history_messages(history: Sequence[ChatTurn], turns: int) -> list[dict[str,
     return messages
 
 
+def history_messages(history: Sequence[ChatTurn], memory: MemoryConfig) -> list[dict[str, str]]:
+    """The memory window as user/assistant messages (chat prompts)."""
+    return _history_messages(history, memory.turns)
+
+
 def history_text(history: Sequence[ChatTurn], memory: MemoryConfig) -> str:
     """The memory window as `Human: ...` / `Assistant: ...` lines (completion prompts)."""
     prefix = memory.role_prefix or RolePrefix()

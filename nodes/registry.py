@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from nodes import (
+    agent,
     answer,
     assigner,
     code,
@@ -114,6 +115,7 @@ MODULES: tuple[ModuleType, ...] = (
     llm,
     question_classifier,
     parameter_extractor,
+    agent,
     if_else,
     template_transform,
     variable_aggregator,
@@ -140,7 +142,6 @@ NODE_TYPES: dict[str, NodeSpec] = {
 # with one message per such node, naming the type and the node.
 KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
     {
-        "agent",
         "human-input",
         "datasource",
         "knowledge-index",

@@ -99,6 +99,41 @@ def _as_input(value: Any) -> ToolInput | None:
     return None
 
 
+def check_provider(
+    provider_type: str, provider_id: str, provider_name: str, tool_name: str
+) -> None:
+    """Refuse, by name, a tool this runtime cannot run (a Dify database tool, a
+    built-in provider that is not built in here, a built-in tool it lacks)."""
+    provider = provider_name or provider_id
+    if provider_type in _DATABASE_PROVIDERS:
+        raise dsl_error(
+            "dsl.tool.databaseProvider",
+            "the tool provider {provider} is a Dify {kind} tool, defined in a Dify "
+            "database and not in the export: it cannot run here",
+            provider=provider,
+            kind=provider_type,
+        )
+    if provider_type != "builtin":
+        return
+    local = builtin_tools.provider(provider_id)
+    if local is not None and tool_name not in local:
+        raise dsl_error(
+            "dsl.tool.unknownTool",
+            "the built-in tool provider {provider} has no tool {tool} (it has {tools})",
+            provider=provider,
+            tool=tool_name,
+            tools=", ".join(sorted(local)),
+        )
+    if local is None and "/" not in provider_id:
+        raise dsl_error(
+            "dsl.tool.builtinUnavailable",
+            "the built-in tool provider {provider} is not available here (built in: "
+            "{builtin}); a plugin's tools are named org/plugin/provider",
+            provider=provider,
+            builtin=", ".join(sorted(builtin_tools.PROVIDERS)),
+        )
+
+
 class Data(BaseNodeData):
     provider_id: str = Field(min_length=1)
     provider_type: Literal[
@@ -136,34 +171,7 @@ class Data(BaseNodeData):
 
     @model_validator(mode="after")
     def _provider_runs_here(self) -> Data:
-        provider = self.provider_name or self.provider_id
-        if self.provider_type in _DATABASE_PROVIDERS:
-            raise dsl_error(
-                "dsl.tool.databaseProvider",
-                "the tool provider {provider} is a Dify {kind} tool, defined in a Dify "
-                "database and not in the export: it cannot run here",
-                provider=provider,
-                kind=self.provider_type,
-            )
-        if self.provider_type != "builtin":
-            return self
-        local = builtin_tools.provider(self.provider_id)
-        if local is not None and self.tool_name not in local:
-            raise dsl_error(
-                "dsl.tool.unknownTool",
-                "the built-in tool provider {provider} has no tool {tool} (it has {tools})",
-                provider=provider,
-                tool=self.tool_name,
-                tools=", ".join(sorted(local)),
-            )
-        if local is None and "/" not in self.provider_id:
-            raise dsl_error(
-                "dsl.tool.builtinUnavailable",
-                "the built-in tool provider {provider} is not available here (built in: "
-                "{builtin}); a plugin's tools are named org/plugin/provider",
-                provider=provider,
-                builtin=", ".join(sorted(builtin_tools.PROVIDERS)),
-            )
+        check_provider(self.provider_type, self.provider_id, self.provider_name, self.tool_name)
         return self
 
     @property

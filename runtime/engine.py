@@ -39,7 +39,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.hub import Connectors
-from nodes.base import Clients, NeedsWorker, NodeContext, Role, Round, RoundDone, Rounds
+from nodes.base import (
+    AgentLogEntry,
+    Clients,
+    NeedsWorker,
+    NodeContext,
+    Role,
+    Round,
+    RoundDone,
+    Rounds,
+)
 from nodes.cancel import CancelToken
 from nodes.values import jsonable
 from plugin_daemon_client.errors import FirstGateError
@@ -390,6 +399,20 @@ class WorkflowRun:
         def fallback(event: FallbackEvent) -> None:
             self._queue.put(_Notice(execution, self._fallback_event(execution, event, attempt)))
 
+        def agent_log(entry: AgentLogEntry) -> None:
+            event = ev.AgentLog(
+                log_id=entry.id,
+                label=entry.label,
+                status=entry.status,
+                parent_id=entry.parent_id,
+                error=None if entry.error is None else self._redact.text(entry.error),
+                log_data=self._redact.value(dict(entry.data)),
+                metadata=dict(entry.metadata),
+                **self._node_fields(execution),
+                **self._common(),
+            )
+            self._queue.put(_Notice(execution, event))
+
         return NodeContext(
             node_id=execution.node.id,
             attempt=attempt,
@@ -398,6 +421,7 @@ class WorkflowRun:
             emit_chunk=chunk,
             emit_wait=wait,
             emit_fallback=fallback,
+            emit_agent_log=agent_log,
             clients=self.clients,
             inputs=self.inputs,
             code_executor=self.code_executor,

@@ -247,6 +247,36 @@ class NodeFallback(NodeOwnEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AgentLog(NodeEvent):
+    """One step of an agent node's work (Dify's `agent_log`, field for field):
+    a round (`ROUND n`), the model's thought in it, a tool call (`CALL name`).
+    `log_id` is the step's id (Dify's `id`; the node execution's id is
+    `node_execution_id`), `parent_id` the round a step belongs to."""
+
+    name: ClassVar[str] = "agent_log"
+    log_id: str
+    label: str
+    status: str
+    parent_id: str | None = None
+    error: str | None = None
+    log_data: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "node_execution_id": self.execution_id,
+            "id": self.log_id,
+            "label": self.label,
+            "parent_id": self.parent_id,
+            "error": self.error,
+            "status": self.status,
+            "data": self.log_data,
+            "metadata": self.metadata,
+            "node_id": self.node_id,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TextChunk(Event):
     """Text a response node streams: `text_chunk` in a workflow, `message` in a chatflow.
 

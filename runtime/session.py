@@ -16,13 +16,13 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nodes.base import ChatTurn
 from nodes.files import File, FileRules
 from nodes.start import coerce_files
 from nodes.values import jsonable
-from runtime.environment import resolve
+from runtime.environment import EnvVar, resolve
 from runtime.events import CHAT_MODE, RunInfo
 from runtime.redaction import Redactor
 from store.base import (
@@ -39,8 +39,33 @@ from store.base import (
     VariableValue,
 )
 
-if TYPE_CHECKING:
-    from runtime.workflow import Workflow
+
+class ConversationSpec(Protocol):
+    """A declared conversation variable, as the session reads it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def value_type(self) -> str: ...
+    @property
+    def default(self) -> Any: ...
+
+
+class SessionApp(Protocol):
+    """What a session needs from a loaded workflow (a protocol, so the session
+    never imports the workflow module, which builds on it)."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def app_id(self) -> str: ...
+    @property
+    def workflow_id(self) -> str: ...
+    @property
+    def environment_variables(self) -> Sequence[EnvVar]: ...
+    @property
+    def conversation_variables(self) -> Sequence[ConversationSpec]: ...
+
 
 DEFAULT_USER = "firstgate"
 # How long a turn waits for an earlier turn of the same conversation to end.
@@ -83,7 +108,7 @@ class RunSummary:
 class RunSession:
     def __init__(
         self,
-        workflow: Workflow,
+        workflow: SessionApp,
         options: RunOptions,
         *,
         info: RunInfo,
@@ -212,7 +237,7 @@ def _file_record(variable: str, file: File) -> FileRecord:
     )
 
 
-def open_session(workflow: Workflow, options: RunOptions, *, lease_seconds: float) -> RunSession:
+def open_session(workflow: SessionApp, options: RunOptions, *, lease_seconds: float) -> RunSession:
     """Resolve the environment, take the conversation (chatflows), build the ids."""
     environment, redactor = resolve(
         workflow.environment_variables, options.environ, options.env_file_values

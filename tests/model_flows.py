@@ -150,7 +150,43 @@ STRUCTURED_LLM = ModelNode(
     '{"city": "Lyon"}',
 )
 
-NODES = [CLASSIFIER, EXTRACTOR, EXTRACTOR_FUNCTION_CALL, STRUCTURED_LLM]
+WEEKDAY_TOOL = {
+    "enabled": True,
+    "provider_name": "time",
+    "type": "builtin",
+    "tool_name": "weekday",
+    "tool_label": "Weekday",
+    "parameters": {
+        "year": {"auto": 1, "value": None},
+        "month": {"auto": 1, "value": None},
+        "day": {"auto": 1, "value": None},
+    },
+    "extra": {"description": "the weekday of a date"},
+}
+
+
+def agent_data(strategy: str = "function_calling", **parameters: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "model": {"provider": "primary", "model": "m", "mode": "chat", "completion_params": {}},
+        "tools": [WEEKDAY_TOOL],
+        "instruction": "Use the tools when they help.",
+        "query": "{{#start.q#}}",
+        "maximum_iterations": 3,
+        **parameters,
+    }
+    return {
+        "type": "agent",
+        "title": "Agent",
+        "agent_strategy_provider_name": "langgenius/agent/agent",
+        "agent_strategy_name": strategy,
+        "agent_strategy_label": strategy,
+        "agent_parameters": {k: {"type": "constant", "value": v} for k, v in values.items()},
+    }
+
+
+AGENT = ModelNode("agent", agent_data, lambda: ma.answer("Lyon"), "text", "Lyon")
+
+NODES = [CLASSIFIER, EXTRACTOR, EXTRACTOR_FUNCTION_CALL, STRUCTURED_LLM, AGENT]
 
 
 def around(node: ModelNode, **extra: Any) -> dict[str, Any]:

@@ -68,10 +68,10 @@ def test_corpus_counts(capsys: pytest.CaptureFixture[str]) -> None:
 def test_validate_on_the_command_line() -> None:
     loads = firstgate("validate", str(CORPUS / "editor_defaults_chat.yml"))
     assert loads.returncode == 0, loads.stderr
-    refused = firstgate("validate", str(CORPUS / "unsupported_chat.yml"))
+    refused = firstgate("validate", str(CORPUS / "iteration_workflow.yml"))
     assert refused.returncode == 2
     assert "has 1 problem(s)" in refused.stderr
-    assert 'node helper "Helper" (agent): node type "agent" is not supported yet' in refused.stderr
+    assert '(iteration): node type "iteration" is not supported yet' in refused.stderr
     assert "Traceback" not in refused.stderr
 
 

@@ -1,0 +1,121 @@
+"""The store's tables, written once for every SQL dialect.
+
+Numbered migrations (they only ever append: see `store.relational`), with
+`{real}` and `{integer}` where the dialects name a column type differently.
+"""
+
+from __future__ import annotations
+
+_TEMPLATES: tuple[str, ...] = (
+    # 1: conversations, their variables and messages; runs and node executions; files; leases.
+    """
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        app_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        dialogue_count {integer} NOT NULL DEFAULT 0,
+        created_at {real} NOT NULL,
+        updated_at {real} NOT NULL
+    );
+    CREATE TABLE conversation_variables (
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        value_type TEXT NOT NULL,
+        value TEXT NOT NULL,
+        updated_at {real} NOT NULL,
+        PRIMARY KEY (conversation_id, name)
+    );
+    CREATE TABLE workflow_runs (
+        id TEXT PRIMARY KEY,
+        app_id TEXT NOT NULL,
+        workflow_id TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        conversation_id TEXT REFERENCES conversations(id) ON DELETE CASCADE,
+        status TEXT NOT NULL,
+        inputs TEXT NOT NULL,
+        outputs TEXT NOT NULL,
+        error TEXT,
+        elapsed_time {real} NOT NULL,
+        total_tokens {integer} NOT NULL,
+        total_steps {integer} NOT NULL,
+        exceptions_count {integer} NOT NULL,
+        created_at {real} NOT NULL,
+        finished_at {real} NOT NULL
+    );
+    CREATE TABLE node_executions (
+        id TEXT PRIMARY KEY,
+        workflow_run_id TEXT NOT NULL REFERENCES workflow_runs(id) ON DELETE CASCADE,
+        idx {integer} NOT NULL,
+        node_id TEXT NOT NULL,
+        node_type TEXT NOT NULL,
+        title TEXT NOT NULL,
+        predecessor_node_id TEXT,
+        status TEXT NOT NULL,
+        inputs TEXT NOT NULL,
+        process_data TEXT NOT NULL,
+        outputs TEXT NOT NULL,
+        error TEXT,
+        elapsed_time {real} NOT NULL,
+        execution_metadata TEXT NOT NULL,
+        created_at {real} NOT NULL,
+        finished_at {real} NOT NULL
+    );
+    CREATE INDEX node_executions_run ON node_executions(workflow_run_id, idx);
+    CREATE TABLE messages (
+        id TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        seq {integer} NOT NULL,
+        workflow_run_id TEXT NOT NULL REFERENCES workflow_runs(id),
+        query TEXT NOT NULL,
+        answer TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error TEXT,
+        total_tokens {integer} NOT NULL,
+        created_at {real} NOT NULL,
+        UNIQUE (conversation_id, seq)
+    );
+    CREATE TABLE files (
+        id TEXT NOT NULL,
+        workflow_run_id TEXT NOT NULL REFERENCES workflow_runs(id) ON DELETE CASCADE,
+        variable TEXT NOT NULL,
+        belongs_to TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        extension TEXT NOT NULL,
+        mime_type TEXT NOT NULL,
+        size {integer} NOT NULL,
+        transfer_method TEXT NOT NULL,
+        remote_url TEXT,
+        path TEXT,
+        PRIMARY KEY (workflow_run_id, id)
+    );
+    CREATE TABLE conversation_leases (
+        conversation_id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        expires_at {real} NOT NULL
+    );
+    """,
+    # 2: what the Service API lists and serves: conversation names and inputs; uploads.
+    """
+    ALTER TABLE conversations ADD COLUMN name TEXT NOT NULL DEFAULT '';
+    ALTER TABLE conversations ADD COLUMN inputs TEXT NOT NULL DEFAULT '{}';
+    CREATE INDEX conversations_owner ON conversations(app_id, user_id, updated_at);
+    CREATE TABLE uploads (
+        id TEXT PRIMARY KEY,
+        app_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        size {integer} NOT NULL,
+        extension TEXT NOT NULL,
+        mime_type TEXT NOT NULL,
+        path TEXT NOT NULL,
+        created_at {real} NOT NULL
+    );
+    """,
+)
+
+
+def migrations(*, real: str, integer: str) -> tuple[str, ...]:
+    """The migrations in one dialect's column types."""
+    return tuple(t.replace("{real}", real).replace("{integer}", integer) for t in _TEMPLATES)
