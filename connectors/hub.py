@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from connectors.api_tools import ApiAuth, ApiProvider
 from connectors.guarded_http import (
     DEFAULT_MAX_BINARY_BYTES,
     DEFAULT_MAX_REDIRECTS,
@@ -31,6 +32,9 @@ class Connectors:
     """
 
     settings: Any = None
+    # Runs `workflow` tools: set by the runtime (it runs workflows; nothing
+    # here can). `.run(provider_id, inputs, timeout_s=, cancel=) -> outputs`.
+    workflow_tools: Any = None
     _http: GuardedHttp | None = field(default=None, init=False, repr=False)
     _files_dir: Path | None = field(default=None, init=False, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
@@ -99,6 +103,24 @@ class Connectors:
                 headers,
                 timeout_s=spec.timeout_s,
                 max_file_bytes=getattr(tools, "max_file_bytes", 10 * 1024 * 1024),
+            ),
+        )
+
+    def api_provider(self, provider_id: str) -> ApiProvider:
+        """The `api` tool provider the settings define (`tools.api_providers`)."""
+        spec = (getattr(self.section("tools"), "api_providers", None) or {}).get(provider_id)
+        if spec is None:
+            raise ToolError("errors.tool.unknownApiProvider", provider=provider_id)
+        auth = spec.auth
+        key = env_value(auth.key_env, f"the key of API tool {provider_id}") if auth.key_env else ""
+        limits = self.http.limits  # not inside `cached`: it holds the lock `http` takes
+        return self.cached(
+            f"api:{provider_id}",
+            lambda: ApiProvider.from_document(
+                provider_id,
+                spec.document,
+                ApiAuth(auth.type, auth.name, auth.prefix, key),
+                limits,
             ),
         )
 

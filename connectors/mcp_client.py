@@ -32,16 +32,13 @@ from connectors.tool_messages import (
     text,
     variable,
 )
-from connectors.tool_parameters import ParamType, ToolParameter, ToolParameterError, cast
-
-_SCHEMA_TYPES = {
-    "string": ParamType.STRING,
-    "integer": ParamType.NUMBER,
-    "number": ParamType.NUMBER,
-    "boolean": ParamType.BOOLEAN,
-    "array": ParamType.ARRAY,
-    "object": ParamType.OBJECT,
-}
+from connectors.tool_parameters import (
+    ParamType,
+    ToolParameter,
+    ToolParameterError,
+    cast,
+    schema_type,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +52,7 @@ class McpTool:
         required = set(self.input_schema.get("required") or ())
         found: list[ToolParameter] = []
         for name, schema in (properties if isinstance(properties, Mapping) else {}).items():
-            kind = schema.get("type") if isinstance(schema, Mapping) else None
-            found.append(
-                ToolParameter(
-                    str(name), _SCHEMA_TYPES.get(str(kind), ParamType.ANY), name in required
-                )
-            )
+            found.append(ToolParameter(str(name), schema_type(schema), name in required))
         return found
 
 

@@ -36,6 +36,22 @@ class ParamType(StrEnum):
     ANY = "any"
 
 
+_SCHEMA_TYPES = {
+    "string": ParamType.STRING,
+    "integer": ParamType.NUMBER,
+    "number": ParamType.NUMBER,
+    "boolean": ParamType.BOOLEAN,
+    "array": ParamType.ARRAY,
+    "object": ParamType.OBJECT,
+}
+
+
+def schema_type(schema: Any) -> ParamType:
+    """The parameter type of a JSON Schema (MCP input schemas, OpenAPI parameters)."""
+    kind = schema.get("type") if isinstance(schema, Mapping) else None
+    return _SCHEMA_TYPES.get(str(kind), ParamType.ANY)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolParameter:
     name: str

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from connectors import builtin_tools
 from connectors.tool_messages import MessageType, ToolError, ToolMessage
@@ -79,9 +79,15 @@ class ToolEntry(DslModel):
         return [] if value is None else value
 
     @model_validator(mode="after")
-    def _runs_here(self) -> ToolEntry:
+    def _runs_here(self, info: ValidationInfo) -> ToolEntry:
         if self.enabled:
-            check_provider(self.type, self.provider, self.provider_name, self.tool_name)
+            check_provider(
+                self.type,
+                self.provider,
+                self.provider_name,
+                self.tool_name,
+                settings=(info.context or {}).get("settings"),
+            )
         return self
 
     @property

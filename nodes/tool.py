@@ -20,8 +20,11 @@ Providers: `builtin` with a provider built in here (`time`, also under its
 plugin id `langgenius/time/time`) runs locally; any other `builtin` or
 `plugin` provider (`org/plugin/provider`) goes to the plugin daemon of the
 runtime settings; `mcp` names a server of `tools.mcp_servers` by its id.
-`api`, `workflow`, `app` and `dataset-retrieval` tools are defined in a Dify
-database, not in the export: such a node is refused at load time, by name.
+`api` and `workflow` tools are defined in a Dify database, not in the
+export: they run when the runtime settings define them (an OpenAPI document
+in `tools.api_providers`, a workflow file in `tools.workflow_providers`),
+else they are refused at load time by name, as `app` and
+`dataset-retrieval` tools always are.
 Every call is bounded by `tools.timeout_s`; a failure is a typed error the
 node's retry and error strategy handle.
 """
@@ -33,9 +36,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from connectors import builtin_tools
+from connectors.api_tools import parse_openapi
 from connectors.tool_messages import MessageType, ToolMessage
 from nodes.base import ANY_OUTPUT, Needs, NodeContext, NodeResult, NodeRunError, VariableReader
 from nodes.config import BaseNodeData, DslModel, dsl_error, shown
@@ -50,7 +54,7 @@ SUPPORTS_RETRY = True
 InputType = Literal["mixed", "variable", "constant"]
 _INPUT_TYPES = ("mixed", "variable", "constant")
 # Tools whose definitions live in a Dify database, not in the export.
-_DATABASE_PROVIDERS = ("api", "workflow", "app", "dataset-retrieval")
+_DATABASE_PROVIDERS = ("app", "dataset-retrieval")
 FIXED_OUTPUTS = frozenset({"text", "files", "json"})
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -100,11 +104,32 @@ def _as_input(value: Any) -> ToolInput | None:
 
 
 def check_provider(
-    provider_type: str, provider_id: str, provider_name: str, tool_name: str
+    provider_type: str,
+    provider_id: str,
+    provider_name: str,
+    tool_name: str,
+    *,
+    settings: Any = None,
 ) -> None:
-    """Refuse, by name, a tool this runtime cannot run (a Dify database tool, a
-    built-in provider that is not built in here, a built-in tool it lacks)."""
+    """Refuse, by name, a tool this runtime cannot run (a Dify database tool the
+    runtime settings do not define, a built-in provider that is not built in
+    here, a built-in tool it lacks)."""
     provider = provider_name or provider_id
+    tools = getattr(settings, "tools", None)
+    if provider_type == "api":
+        _check_api_tool(provider, provider_id, tool_name, tools)
+        return
+    if provider_type == "workflow":
+        if provider_id not in (getattr(tools, "workflow_providers", None) or {}):
+            raise dsl_error(
+                "dsl.tool.workflowNeedsDefinition",
+                "the tool provider {provider} is a Dify workflow tool, defined in a Dify "
+                "database and not in the export: name its workflow file in the runtime "
+                "settings (tools.workflow_providers.{id}) to run it",
+                provider=provider,
+                id=provider_id,
+            )
+        return
     if provider_type in _DATABASE_PROVIDERS:
         raise dsl_error(
             "dsl.tool.databaseProvider",
@@ -131,6 +156,29 @@ def check_provider(
             "{builtin}); a plugin's tools are named org/plugin/provider",
             provider=provider,
             builtin=", ".join(sorted(builtin_tools.PROVIDERS)),
+        )
+
+
+def _check_api_tool(provider: str, provider_id: str, tool_name: str, tools: Any) -> None:
+    """An `api` tool runs when the settings name its OpenAPI document."""
+    spec = (getattr(tools, "api_providers", None) or {}).get(provider_id)
+    if spec is None:
+        raise dsl_error(
+            "dsl.tool.apiNeedsDefinition",
+            "the tool provider {provider} is a Dify api tool, defined in a Dify database "
+            "and not in the export: name its OpenAPI document in the runtime settings "
+            "(tools.api_providers.{id}) to run it",
+            provider=provider,
+            id=provider_id,
+        )
+    _, operations = parse_openapi(spec.document, provider_id)
+    if tool_name not in operations:
+        raise dsl_error(
+            "dsl.tool.unknownOperation",
+            "the OpenAPI document of {provider} has no operation {tool} (it has {tools})",
+            provider=provider,
+            tool=tool_name,
+            tools=", ".join(sorted(operations)) or "(none)",
         )
 
 
@@ -170,8 +218,14 @@ class Data(BaseNodeData):
         return value
 
     @model_validator(mode="after")
-    def _provider_runs_here(self) -> Data:
-        check_provider(self.provider_type, self.provider_id, self.provider_name, self.tool_name)
+    def _provider_runs_here(self, info: ValidationInfo) -> Data:
+        check_provider(
+            self.provider_type,
+            self.provider_id,
+            self.provider_name,
+            self.tool_name,
+            settings=(info.context or {}).get("settings"),
+        )
         return self
 
     @property
@@ -205,7 +259,7 @@ def output_names(data: Data) -> set[str]:
     properties = (data.output_schema or {}).get("properties")
     if isinstance(properties, Mapping):
         names.update(str(name) for name in properties)
-    if not data.runs_locally:
+    if data.provider_type not in ("api", "workflow") and not data.runs_locally:
         names.add(ANY_OUTPUT)  # a plugin or MCP tool may set variables of its own
     return names
 
@@ -307,7 +361,10 @@ def collect(messages: Iterable[ToolMessage], ctx: NodeContext) -> dict[str, Any]
                 got.variables[message.name] = got.variables.get(message.name, "") + message.value
             else:
                 got.variables[message.name] = message.value
-        # log, retriever resources and in-process file messages carry nothing here
+        elif kind is MessageType.FILE:
+            if isinstance(message.meta.get("file"), File):  # in-process: a workflow tool's
+                got.files.append(message.meta["file"])
+        # log and retriever-resource messages carry nothing into the outputs
     return got.outputs()
 
 

@@ -11,23 +11,30 @@ from its `provider_type` and `provider_id` by `provider_for`.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from connectors.api_tools import ApiProvider
 from connectors.builtin_tools import BuiltinTool
 from connectors.guarded_http import CancelLike
 from connectors.hub import Connectors, env_value
 from connectors.mcp_client import McpServer
 from connectors.tool_messages import (
+    MessageType,
     ToolCancelledError,
     ToolError,
     ToolMessage,
     ToolTimeoutError,
+    json_message,
     merge_blob_chunks,
     parse_wire_message,
+    text,
 )
 from connectors.tool_parameters import prepare
+from nodes.files import File
+from nodes.values import jsonable
 from plugin_daemon_client.errors import (
     ConnectError,
     FirstGateError,
@@ -151,12 +158,59 @@ class PluginProvider:
             ) from None
 
 
+class ApiToolProvider:
+    """An operation of an OpenAPI document the settings name (`tools.api_providers`)."""
+
+    def __init__(self, provider: ApiProvider) -> None:
+        self.provider = provider
+
+    def invoke(self, call: ToolCall) -> list[ToolMessage]:
+        return self.provider.call(
+            call.tool, call.arguments, timeout_s=call.timeout_s, cancel=call.cancel
+        )
+
+
+class WorkflowToolProvider:
+    """Another workflow run as the tool (`tools.workflow_providers`), by the runtime."""
+
+    def __init__(self, provider_id: str, runner: Any) -> None:
+        self.provider_id = provider_id
+        self.runner = runner
+
+    def invoke(self, call: ToolCall) -> list[ToolMessage]:
+        outputs = self.runner.run(
+            self.provider_id, call.arguments, timeout_s=call.timeout_s, cancel=call.cancel
+        )
+        # Dify's workflow tool: its file outputs as files, the rest as JSON and text.
+        files = {k: v for k, v in outputs.items() if _is_files(v)}
+        rest = {k: v for k, v in outputs.items() if k not in files}
+        messages = [
+            ToolMessage(MessageType.FILE, meta={"file": file})
+            for value in files.values()
+            for file in (value if isinstance(value, list) else [value])
+        ]
+        messages.append(text(json.dumps(jsonable(rest), ensure_ascii=False)))
+        messages.append(json_message(jsonable(rest)))
+        return messages
+
+
+def _is_files(value: Any) -> bool:
+    items = value if isinstance(value, list) else [value]
+    return bool(items) and all(isinstance(item, File) for item in items)
+
+
 def provider_for(provider_type: str, provider_id: str, connectors: Connectors) -> ToolProvider:
     """The provider serving a tool node (the node's data was checked at load time)."""
     from connectors import builtin_tools
 
     if provider_type == "mcp":
         return McpProvider(connectors.mcp_server(provider_id))
+    if provider_type == "api":
+        return ApiToolProvider(connectors.api_provider(provider_id))
+    if provider_type == "workflow":
+        if connectors.workflow_tools is None:
+            raise ToolError("errors.tool.unknownWorkflowProvider", provider=provider_id)
+        return WorkflowToolProvider(provider_id, connectors.workflow_tools)
     local = builtin_tools.provider(provider_id)
     if provider_type == "builtin" and local is not None:
         return BuiltinProvider(provider_id, local)

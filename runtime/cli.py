@@ -85,6 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check a workflow file and list every problem")
     validate.add_argument("flow")
     validate.add_argument("--locale")
+    validate.add_argument(
+        "--models",
+        "--settings",
+        metavar="SETTINGS.yaml",
+        help="check against the runtime settings too (e.g. the definitions of api tools)",
+    )
     index = commands.add_parser(
         "index", help="build or update the local full-text index of a knowledge dataset"
     )
@@ -145,9 +151,10 @@ def _invalid_file(error: DslError, path: str, locale: str) -> int:
     return EXIT_INVALID
 
 
-def cmd_validate(flow: str, locale: str) -> int:
+def cmd_validate(flow: str, locale: str, models: str | None = None) -> int:
     try:
-        workflow = load_workflow(flow)
+        settings = load_settings(models) if models else None
+        workflow = load_workflow(flow, settings=settings)
     except DslError as exc:
         return _invalid_file(exc, exc.source or flow, locale)
     print(
@@ -174,9 +181,9 @@ def _check_chat_args(workflow: Workflow, args: argparse.Namespace) -> None:
 
 
 def _start_run(args: argparse.Namespace, store: Store) -> tuple[Workflow, WorkflowRun]:
-    workflow = load_workflow(args.flow)
-    _check_chat_args(workflow, args)
     settings = load_settings(args.models) if args.models else None
+    workflow = load_workflow(args.flow, settings=settings)
+    _check_chat_args(workflow, args)
     env_file = read_env_file(args.env_file) if args.env_file else None
     run = workflow.run(
         parse_inputs(args.input),
@@ -317,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
     try:
         if args.command == "validate":
-            return cmd_validate(args.flow, locale)
+            return cmd_validate(args.flow, locale, args.models)
         if args.command == "index":
             return cmd_index(args, locale)
         return cmd_run(args, locale)

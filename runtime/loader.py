@@ -6,7 +6,7 @@ import contextlib
 import gc
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -27,6 +27,9 @@ from runtime.variable_pool import (
 from runtime.workflow import Workflow, declarations
 from runtime.yaml_reader import read_yaml_mapping
 
+if TYPE_CHECKING:
+    from runtime.settings import RuntimeSettings
+
 # Nodes the editor draws that are not part of the flow (sticky notes).
 _DECORATIVE_NODE_TYPES = {"custom-note"}
 ERROR_OUTPUTS = {"error_message", "error_type"}
@@ -37,14 +40,18 @@ def read_document(source: str | Path) -> dict[str, Any]:
     return read_yaml_mapping(source)
 
 
-def load_workflow(source: str | Path | Mapping[str, Any]) -> Workflow:
+def load_workflow(
+    source: str | Path | Mapping[str, Any], *, settings: RuntimeSettings | None = None
+) -> Workflow:
     """A workflow from a DSL file path or an already-parsed mapping.
 
-    Raises DslError listing every problem found, not only the first.
+    `settings` (the runtime settings the workflow will run with) lets a node
+    check what only the settings can supply, e.g. the definition of an `api`
+    tool. Raises DslError listing every problem found, not only the first.
     """
     with _collector_paused():
         raw = dict(source) if isinstance(source, Mapping) else read_document(source)
-        return _Loader(raw).load()
+        return _Loader(raw, settings).load()
 
 
 @contextlib.contextmanager
@@ -63,8 +70,10 @@ def _collector_paused() -> Iterator[None]:
 
 
 class _Loader:
-    def __init__(self, raw: dict[str, Any]) -> None:
+    def __init__(self, raw: dict[str, Any], settings: RuntimeSettings | None = None) -> None:
         self.raw = raw
+        # Node models read it from the validation context (`info.context["settings"]`).
+        self.context = {"settings": settings}
         self.problems: list[Problem] = []
         # Nodes that failed validation: references to them are not reported twice.
         self.broken: set[str] = set()
@@ -102,6 +111,7 @@ class _Loader:
             mode=document.app.mode,
             graph=graph,
             templates=len(templates),
+            loader=load_workflow,
             **declarations(document),
         )
 
@@ -192,7 +202,7 @@ class _Loader:
                 self.problems.append(_unsupported(node_type, ref))
                 continue
             try:
-                data = spec.data_model.model_validate(node.data)
+                data = spec.data_model.model_validate(node.data, context=self.context)
             except ValidationError as exc:
                 self.problems.extend(problems_from_validation(exc, ref))
                 self.broken.add(node.id)

@@ -25,6 +25,7 @@ from runtime.limits import RunLimits
 from runtime.route_clients import RouteClients
 from runtime.routes import ModelRoutes
 from runtime.session import DEFAULT_TURN_WAIT_S, DEFAULT_USER, RunOptions, open_session
+from runtime.workflow_tools import Loader, WorkflowTools
 
 if TYPE_CHECKING:
     from nodes.base import Clients
@@ -72,6 +73,8 @@ class Workflow:
     # Distinct templates its nodes render: the compiled-template cache keeps room
     # for them as long as the workflow exists (`nodes.jinja.reserve_templates`).
     templates: int = 0
+    # The loader that made this workflow: its workflow tools load theirs with it.
+    loader: Loader | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.templates:
@@ -195,7 +198,7 @@ class Workflow:
                 clients=clients,
                 limits=limits,
                 max_workers=max_workers,
-                connectors=Connectors.from_settings(settings),
+                connectors=_connectors(settings, clients, code_executor, self.loader),
                 code_executor=code_executor,
                 owns_code_executor=owns_executor,
                 start_code_executor=self.uses_code_executor(),
@@ -205,6 +208,19 @@ class Workflow:
             if owns_executor:
                 code_executor.close()
             raise
+
+
+def _connectors(
+    settings: RuntimeSettings | None,
+    clients: Clients,
+    code_executor: CodeExecutor,
+    loader: Loader | None,
+) -> Connectors:
+    connectors = Connectors.from_settings(settings)
+    if loader is not None:
+        # A workflow tool runs another workflow with this run's routes and executor.
+        connectors.workflow_tools = WorkflowTools(settings, clients, code_executor, loader)
+    return connectors
 
 
 def _upload_rules(upload: FileUpload) -> FileUploadRules:

@@ -1,7 +1,7 @@
 """A hostile HTTP target on a real loopback socket, for the http-request node.
 
 Paths:
-  /echo               JSON of the request: method, path, query, headers, body
+  /echo, /echo/...    JSON of the request: method, path, query, headers, body
   /json               a small JSON body
   /status/N           status N with a short text body
   /redirect?to=URL    302 to URL (`&code=307` for another status)
@@ -61,7 +61,7 @@ class _Handler(BaseHTTPRequestHandler):
             }
         )
         path = url.path
-        if path == "/echo":
+        if path == "/echo" or path.startswith("/echo/"):
             doc = {
                 "method": self.command,
                 "path": url.path,

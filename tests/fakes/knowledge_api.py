@@ -21,6 +21,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         body = read_json(self)
+        if self.server.pad_bytes:  # an answer far bigger than any real one
+            record = {"content": "x" * self.server.pad_bytes, "score": 1.0, "title": "pad"}
+            return self._send(200, {"records": [record]})
         if self.server.status != 200:
             answer = {"error_code": 1002, "error_msg": "Authorization failed"}
             return self._send(self.server.status, answer)
@@ -55,6 +58,7 @@ class _Server(ThreadingHTTPServer):
         self.requests: list[dict[str, Any]] = []
         self.documents: list[dict[str, Any]] = []
         self.status = 200
+        self.pad_bytes = 0
 
 
 class KnowledgeApi(Serving):
@@ -72,3 +76,6 @@ class KnowledgeApi(Serving):
 
     def fail_with(self, status: int) -> None:
         self._server.status = status
+
+    def pad_answer(self, size: int) -> None:
+        self._server.pad_bytes = size

@@ -28,6 +28,7 @@ from tests.run_events import finished_line
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOWS = ROOT / "tests" / "flows"
+CORPUS = ROOT / "tests" / "corpus"
 CONNECT_FLOWS = [
     "tool_time_in_two_zones.yml",
     "tool_plugin_search_chat.yml",
@@ -71,7 +72,7 @@ def outputs(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", CONNECT_FLOWS)
 def test_corpus_exports_validate(name: str) -> None:
-    workflow = load_workflow(FLOWS / name)
+    workflow = load_workflow(CORPUS / name)
     assert workflow.graph.nodes
 
 
@@ -85,8 +86,38 @@ def test_a_database_tool_export_is_refused_by_name_through_the_cli() -> None:
     assert "Weather API is a Dify api tool" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_an_api_tool_runs_once_the_settings_define_it(target: HttpTarget, tmp_path: Path) -> None:
+    flow = FLOWS / "tool_api_provider_refused.yml"
+    document = {
+        "openapi": "3.0.0",
+        "servers": [{"url": target.url}],
+        "paths": {
+            "/echo/{city}": {
+                "get": {
+                    "operationId": "getForecast",
+                    "parameters": [{"name": "city", "in": "path", "required": True}],
+                }
+            }
+        },
+    }
+    (tmp_path / "weather.json").write_text(json.dumps(document))
+    settings = {
+        "tools": {
+            "api_providers": {
+                "7c2d0a41-5a1e-4d9b-9b7e-2f5c1e0d3a11": {"openapi": str(tmp_path / "weather.json")}
+            }
+        }
+    }
+    (tmp_path / "settings.yaml").write_text(yaml.safe_dump(settings))
+    checked = firstgate("validate", str(flow), "--models", str(tmp_path / "settings.yaml"))
+    assert checked.returncode == 0, checked.stderr
+    code, events, text = run_json(flow, settings, tmp_path, "city=Oslo")
+    assert code == 0, text
+    assert json.loads(outputs(events)["forecast"])["path"] == "/echo/Oslo"
+
+
 def test_builtin_time_tools_through_the_cli(tmp_path: Path) -> None:
-    code, events, _ = run_json(FLOWS / "tool_time_in_two_zones.yml", {}, tmp_path)
+    code, events, _ = run_json(CORPUS / "tool_time_in_two_zones.yml", {}, tmp_path)
     assert code == 0
     out = outputs(events)
     tokyo = datetime.strptime(out["tokyo"], "%Y-%m-%d %H:%M:%S").replace(
@@ -114,7 +145,7 @@ def test_a_plugin_tool_through_the_cli(daemon: FakePluginDaemon, tmp_path: Path)
         }
     }
     code, events, text = run_json(
-        FLOWS / "tool_plugin_search_chat.yml",
+        CORPUS / "tool_plugin_search_chat.yml",
         settings,
         tmp_path,
         "query=rivers",
@@ -139,7 +170,7 @@ def test_an_mcp_tool_through_the_cli(tmp_path: Path) -> None:
     with mcp_server.running() as url:
         settings = {"tools": {"mcp_servers": {"calc-server": {"url": url}}}}
         code, events, text = run_json(
-            FLOWS / "tool_mcp_add_numbers.yml", settings, tmp_path, "a=2", "b=40"
+            CORPUS / "tool_mcp_add_numbers.yml", settings, tmp_path, "a=2", "b=40"
         )
     assert code == 0, text
     assert outputs(events) == {"sum": 42, "said": "42"}
@@ -152,7 +183,7 @@ def target() -> Iterator[HttpTarget]:
 
 
 def test_http_request_through_the_cli(target: HttpTarget, tmp_path: Path) -> None:
-    document = yaml.safe_load((FLOWS / "http_post_json_with_key.yml").read_text())
+    document = yaml.safe_load((CORPUS / "http_post_json_with_key.yml").read_text())
     for variable in document["workflow"]["environment_variables"]:
         if variable["name"] == "API_BASE":
             variable["value"] = target.url
@@ -191,7 +222,7 @@ def test_download_and_extract_through_the_cli(target: HttpTarget, tmp_path: Path
         "files": {"dir": str(tmp_path / "downloads")},
     }
     code, events, text = run_json(
-        FLOWS / "http_download_and_read.yml",
+        CORPUS / "http_download_and_read.yml",
         settings,
         tmp_path,
         f"url={target.url}/docs/memo.docx",
@@ -200,6 +231,27 @@ def test_download_and_extract_through_the_cli(target: HttpTarget, tmp_path: Path
     assert outputs(events) == {"text": ["Memo: the office is closed on Friday."], "status": 200}
     [saved] = list((tmp_path / "downloads").iterdir())
     assert saved.suffix == ".docx"
+
+
+def test_uploaded_documents_through_the_cli(tmp_path: Path) -> None:
+    contract = tmp_path / "contract.pdf"
+    contract.write_bytes(documents.pdf(["Term: two years."]))
+    annex = tmp_path / "annex.docx"
+    annex.write_bytes(documents.docx(["Annex A: prices."]))
+    flow = CORPUS / "document_extractor_uploads.yml"
+    code, events, text = run_json(flow, {}, tmp_path, f"contract=@{contract}", f"annexes=@{annex}")
+    assert code == 0, text
+    assert outputs(events) == {"combined": "Term: two years.\n---\nAnnex A: prices."}
+    # the optional list left out: its extractor's error strategy gives []
+    code, events, text = run_json(flow, {}, tmp_path, f"contract=@{contract}")
+    assert code == 0, text
+    assert events[-1]["data"]["outputs"] == {"combined": "Term: two years.\n---\n"}
+    # an encrypted contract: a typed error naming the file, exit 1, no traceback
+    locked = tmp_path / "locked.pdf"
+    locked.write_bytes(documents.pdf(["x"], password="pw"))
+    code, events, text = run_json(flow, {}, tmp_path, f"contract=@{locked}")
+    assert code == 1 and "locked.pdf is an encrypted PDF file" in text
+    assert "Traceback" not in text
 
 
 def test_knowledge_retrieval_through_the_cli(tmp_path: Path) -> None:
@@ -213,7 +265,7 @@ def test_knowledge_retrieval_through_the_cli(tmp_path: Path) -> None:
     settings = {"knowledge": {"datasets": {"b7f0e2c4-handbook": {"kind": "local",
                                                                  "index": str(index)}}}}  # fmt: skip
     code, events, text = run_json(
-        FLOWS / "knowledge_search_local.yml", settings, tmp_path, "question=how many leave days"
+        CORPUS / "knowledge_search_local.yml", settings, tmp_path, "question=how many leave days"
     )
     assert code == 0, text
     context = outputs(events)["context"]

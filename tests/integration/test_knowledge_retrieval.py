@@ -88,11 +88,19 @@ def test_index_cli_takes_the_path_from_settings_and_refuses_without_one(
     assert "--index PATH" in missing.stderr and "Traceback" not in missing.stderr
 
 
-def test_local_dataset_through_the_node(docs: Path, tmp_path: Path) -> None:
+@pytest.fixture
+def local_index(docs: Path, tmp_path: Path) -> Path:
+    """The documents of `docs` in a local index."""
     index = tmp_path / "kb.sqlite"
     LocalIndex(index, create=True).update(docs)
+    return index
+
+
+def test_local_dataset_through_the_node(local_index: Path) -> None:
     routes = settings(
-        knowledge={"datasets": {"ds1": {"kind": "local", "index": str(index), "name": "Notes"}}}
+        knowledge={
+            "datasets": {"ds1": {"kind": "local", "index": str(local_index), "name": "Notes"}}
+        }
     )
     events = run_events(kr_flow(["ds1"]), routes, q="why is the sky blue")
     result = events[-1].outputs["result"]
@@ -109,10 +117,8 @@ def test_local_dataset_through_the_node(docs: Path, tmp_path: Path) -> None:
     assert scores == sorted(scores, reverse=True)
 
 
-def test_local_metadata_filter_and_threshold(docs: Path, tmp_path: Path) -> None:
-    index = tmp_path / "kb.sqlite"
-    LocalIndex(index, create=True).update(docs)
-    routes = settings(knowledge={"datasets": {"ds1": {"kind": "local", "index": str(index)}}})
+def test_local_metadata_filter_and_threshold(local_index: Path) -> None:
+    routes = settings(knowledge={"datasets": {"ds1": {"kind": "local", "index": str(local_index)}}})
     manual = {
         "metadata_filtering_mode": "manual",
         "metadata_filtering_conditions": {
@@ -185,16 +191,12 @@ def test_external_api_request_shape_and_result(tmp_path: Path, monkeypatch: Any)
         assert "kb-secret-123" not in json.dumps([e.to_dict() for e in events], default=str)
 
 
-def test_multiple_mode_merges_datasets_and_single_mode_picks_the_best(
-    docs: Path, tmp_path: Path
-) -> None:
-    index = tmp_path / "kb.sqlite"
-    LocalIndex(index, create=True).update(docs)
+def test_multiple_mode_merges_datasets_and_single_mode_picks_the_best(local_index: Path) -> None:
     with KnowledgeApi([{"content": "zebra stripes", "title": "Zebra", "metadata": {}}]) as api:
         routes = settings(
             knowledge={
                 "datasets": {
-                    "local": {"kind": "local", "index": str(index)},
+                    "local": {"kind": "local", "index": str(local_index)},
                     "ext": {"kind": "external", "endpoint": api.endpoint, "knowledge_id": "k"},
                 }
             }
@@ -206,14 +208,76 @@ def test_multiple_mode_merges_datasets_and_single_mode_picks_the_best(
         single = kr_flow(["local", "ext"], retrieval_mode="single")
         events = run_events(single, routes, q="zebra")
         assert [r["metadata"]["dataset_id"] for r in events[-1].outputs["result"]] == ["ext"]
+        # both answer; the node's top_k cuts the merged list
+        two = kr_flow(["local", "ext"], multiple_retrieval_config={"top_k": 2})
+        titles = [r["title"] for r in run_events(two, routes, q="zebra sky")[-1].outputs["result"]]
+        assert len(titles) == 2 and titles[0] == "Zebra"
 
 
-def test_unknown_dataset_and_non_text_query_are_errors(docs: Path) -> None:
+def test_single_mode_takes_the_dataset_with_the_best_hit(local_index: Path) -> None:
+    sky = [{"content": "zebra stripes in the sky", "title": "Striped sky", "metadata": {}}]
+    with KnowledgeApi(sky) as api:
+        routes = settings(
+            knowledge={
+                "datasets": {
+                    "local": {"kind": "local", "index": str(local_index)},
+                    "ext": {"kind": "external", "endpoint": api.endpoint, "knowledge_id": "k"},
+                }
+            }
+        )
+        local_only = run_events(kr_flow(["local"]), routes, q="zebra stripes sky")
+        assert local_only[-1].outputs["result"]  # the local index answers too...
+        single = kr_flow(["local", "ext"], retrieval_mode="single")
+        events = run_events(single, routes, q="zebra stripes sky")
+        # ...but the service's hit (every word, score 1.0) is the best one
+        assert [r["title"] for r in events[-1].outputs["result"]] == ["Striped sky"]
+
+
+def test_or_conditions_and_the_answer_size_cap(local_index: Path) -> None:
+    routes = settings(knowledge={"datasets": {"ds1": {"kind": "local", "index": str(local_index)}}})
+    either = {
+        "metadata_filtering_mode": "manual",
+        "metadata_filtering_conditions": {
+            "logical_operator": "or",
+            "conditions": [
+                {"name": "extension", "comparison_operator": "is", "value": ".txt"},
+                {"name": "name", "comparison_operator": "is", "value": "sky.md"},
+            ],
+        },
+    }
+    events = run_events(kr_flow(["ds1"], **either), routes, q="blue green")
+    assert sorted(r["title"] for r in events[-1].outputs["result"]) == ["grass.txt", "sky.md"]
+    with KnowledgeApi([]) as api:
+        api.pad_answer(17 * 1024 * 1024)
+        routes = settings(
+            knowledge={"datasets": {"ext": {"kind": "external", "endpoint": api.endpoint,
+                                            "knowledge_id": "k"}}}
+        )  # fmt: skip
+        events = run_events(kr_flow(["ext"]), routes, q="anything")
+        assert "the answer is larger than 16777216 bytes" in events[-1].error_message
+
+
+def test_unknown_dataset_and_non_text_query_are_errors(
+    docs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     events = run_events(kr_flow(["nope"]), settings(), q="x")
     end = node_end(events)
     assert isinstance(end, ev.NodeFailed)
     assert "knowledge.datasets" in end.error_message
     assert isinstance(events[-1], ev.WorkflowFailed)
+    number = one_node_flow(
+        "knowledge-retrieval",
+        {"query_variable_selector": ["start", "n"], "dataset_ids": ["nope"]},
+        {"result": ["n", "result"]},
+        start_variables=[{"variable": "n", "type": "number", "label": "n", "required": True}],
+    )
+    events = run_events(number, settings(), n=7)
+    assert "the query variable is not text" in events[-1].error_message
+    monkeypatch.delenv("KB_UNSET_KEY", raising=False)
+    keyed = {"ext": {"kind": "external", "endpoint": "http://127.0.0.1:9/api",
+                     "knowledge_id": "k", "api_key_env": "KB_UNSET_KEY"}}  # fmt: skip
+    events = run_events(kr_flow(["ext"]), settings(knowledge={"datasets": keyed}), q="x")
+    assert "KB_UNSET_KEY" in events[-1].error_message
 
 
 def test_automatic_metadata_filtering_is_refused_by_name() -> None:

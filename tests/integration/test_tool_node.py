@@ -13,14 +13,28 @@ from typing import Any
 
 import pytest
 
-from connectors.tool_messages import ToolError, text
+from connectors.tool_messages import (
+    BlobChunk,
+    MessageType,
+    ToolError,
+    ToolMessage,
+    merge_blob_chunks,
+    text,
+)
 from connectors.tool_messages import blob as blob_message
 from connectors.tool_parameters import ParamType, ToolParameter, ToolParameterError, prepare
 from plugin_daemon_client.tool_dispatch import PluginToolClient, ToolReplyTooLargeError
 from runtime import events as ev
 from runtime import load_workflow
 from runtime.problems import DslError
-from tests.connect_support import abort_once, node_end, one_node_flow, run_events, settings
+from tests.connect_support import (
+    abort_once,
+    chain_flow,
+    node_end,
+    one_node_flow,
+    run_events,
+    settings,
+)
 from tests.fakes import mcp_server
 from tests.fakes.plugin_daemon import PIXEL, FakePluginDaemon
 from tests.run_events import final
@@ -435,6 +449,33 @@ def test_mcp_calls_are_time_bounded_and_abortable(mcp_url: str) -> None:
     assert stopped and stopped[0].error_type == "ToolCancelledError"
 
 
+def test_mcp_calls_on_parallel_branches_run_side_by_side(mcp_url: str) -> None:
+    # Two event loops at once: under gevent each runs on its own real thread
+    # (a second loop cannot start on the greenlets' one thread).
+    document = chain_flow([], {"a": ["left", "text"], "b": ["right", "text"]})
+    graph = document["workflow"]["graph"]
+    start, end = graph["nodes"]
+    for side in ("left", "right"):
+        graph["nodes"].insert(
+            1,
+            {
+                "id": side,
+                "data": {
+                    "type": "tool",
+                    "title": side,
+                    "provider_id": "kb-server",
+                    "provider_type": "mcp",
+                    "tool_name": "pause",
+                    "tool_parameters": {"seconds": constant(0.5)},
+                },
+            },
+        )
+    graph["edges"] = [
+        {"source": "start", "target": side, "sourceHandle": "source"} for side in ("left", "right")
+    ] + [{"source": side, "target": "end", "sourceHandle": "source"} for side in ("left", "right")]
+    assert final(run_events(document, mcp_settings(mcp_url))).outputs == {"a": "done", "b": "done"}
+
+
 def test_unknown_and_unreachable_mcp_servers_are_named() -> None:
     events = run_events(mcp_flow("add", {"a": 1, "b": 2}), settings())
     assert "MCP server kb-server is not configured" in final(events).error_message
@@ -445,8 +486,20 @@ def test_unknown_and_unreachable_mcp_servers_are_named() -> None:
 # --- the blob cap, unit level ---------------------------------------------------------------------
 
 
-def test_merge_refuses_oversized_blobs_without_buffering_them() -> None:
-    from connectors.tool_messages import merge_blob_chunks
+def chunk(data: bytes, total: int, end: bool, sequence: int = 0) -> ToolMessage:
+    return ToolMessage(
+        MessageType.BLOB_CHUNK, blob=data, chunk=BlobChunk("b", sequence, total, end)
+    )
 
+
+def test_merge_refuses_oversized_blobs_without_buffering_them() -> None:
     with pytest.raises(ToolError, match="limit of 4 bytes"):
         list(merge_blob_chunks([text("a"), blob_message(b"12345", "x/y")], 4))
+    # a chunked blob is refused on its declared size, before any chunk is kept
+    with pytest.raises(ToolError, match="limit of 4 bytes"):
+        list(merge_blob_chunks([chunk(b"12", 5, False)], 4))
+    # and a chunk that runs past what was declared is refused too
+    with pytest.raises(ToolError, match="longer than its declared length"):
+        list(merge_blob_chunks([chunk(b"123", 4, False), chunk(b"45", 4, True, 1)], 100))
+    whole = list(merge_blob_chunks([chunk(b"12", 4, False), chunk(b"34", 4, True, 1)], 4))
+    assert [m.blob for m in whole] == [b"1234"]
