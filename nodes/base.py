@@ -56,6 +56,9 @@ class Needs:
     # It runs code through `ctx.code_executor` (the runtime starts the executor
     # with the run, ahead of the node).
     code_executor: bool = False
+    # What it hands to a plugin through the plugin daemon (named in messages): the
+    # runtime refuses the run before it starts when the settings name no daemon.
+    plugin: str = ""
 
 
 NO_NEEDS = Needs()
