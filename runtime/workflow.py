@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.hub import Connectors
 from nodes import start
 from nodes.files import FileRules
+from nodes.jinja import reserve_templates
 from runtime.code_executors import build_code_executor
 from runtime.engine import WorkflowRun
 from runtime.environment import EnvVar
@@ -55,7 +57,7 @@ class FileUploadRules:
     limit: int | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class Workflow:
     name: str
     mode: str  # "workflow" | "advanced-chat"
@@ -68,8 +70,15 @@ class Workflow:
     # mode (conversations belong to it), the version from the graph's content.
     app_id: str = ""
     workflow_id: str = ""
+    # Distinct templates its nodes render: the compiled-template cache keeps room
+    # for them as long as the workflow exists (`nodes.jinja.reserve_templates`).
+    templates: int = 0
     # The loader that made this workflow: its workflow tools load theirs with it.
     loader: Loader | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.templates:
+            weakref.finalize(self, reserve_templates(self.templates).release)
 
     @property
     def chat(self) -> bool:
@@ -88,8 +97,7 @@ class Workflow:
         """Model providers the nodes the run can reach call (each node says which)."""
         return {
             provider
-            for node in self.graph.nodes.values()
-            if node.id in self.graph.reachable
+            for node in self.graph.reachable_nodes()
             for provider in node.needs.model_providers
         }
 
@@ -108,9 +116,7 @@ class Workflow:
 
     def uses_code_executor(self) -> bool:
         """Whether a node the run can reach runs code (so the executor starts with the run)."""
-        return any(
-            n.needs.code_executor for n in self.graph.nodes.values() if n.id in self.graph.reachable
-        )
+        return any(n.needs.code_executor for n in self.graph.reachable_nodes())
 
     def prepare_inputs(
         self, inputs: Mapping[str, Any], query: str | None = None
