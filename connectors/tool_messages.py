@@ -181,7 +181,9 @@ def parse_wire_message(raw: object) -> ToolMessage:
             if stream and not isinstance(value, str):
                 raise _bad(f"the streamed variable {name} is not text")
             return ToolMessage(kind, name=name, value=value, stream=stream, meta=meta)
-        case _:  # file, log, retriever resources: carried, not interpreted
+        case MessageType.LOG:  # an agent strategy's step: kept whole for its agent_log
+            return ToolMessage(kind, json=dict(payload), meta=meta)
+        case _:  # file, retriever resources: carried, not interpreted
             return ToolMessage(kind, meta=meta)
 
 

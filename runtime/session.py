@@ -86,6 +86,7 @@ class RunOptions:
     env_file_values: Mapping[str, str] | None = None
     turn_wait_s: float = DEFAULT_TURN_WAIT_S
     run_id: str | None = None
+    task_id: str | None = None  # given when the run was queued before it started (serve's workers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +257,7 @@ def open_session(workflow: SessionApp, options: RunOptions, *, lease_seconds: fl
             wait_seconds=options.turn_wait_s,
         )
     info = RunInfo(
-        task_id=str(uuid.uuid4()),
+        task_id=options.task_id or str(uuid.uuid4()),
         workflow_run_id=options.run_id or str(uuid.uuid4()),
         workflow_id=workflow.workflow_id,
         app_id=workflow.app_id,

@@ -19,12 +19,8 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from locales import normalize_locale, t
-from locales.localized_error import LocalizedError
 from nodes.base import RoutePlanner
 from nodes.files import DEFAULT_SIZE_LIMITS, MB, FileType
-from nodes.start import InputError
-from runtime.environment import EnvVarError
-from runtime.routes import RouteError
 from runtime.settings import RuntimeSettings
 from sandbox.executor import CodeExecutor
 from serve import bodies, uploads
@@ -38,8 +34,9 @@ from serve.errors import (
     unauthorized,
 )
 from serve.file_links import FileLinks
-from serve.runs import EventStream, RunHandle, RunManager
-from store.base import ConversationRecord, MessageRecord, Store, StoreError
+from serve.launch import RunRequest
+from serve.runs import EventSource, RunHandle, Runs
+from store.base import ConversationRecord, MessageRecord, RunRecord, Store
 
 log = logging.getLogger("firstgate.serve")
 
@@ -80,7 +77,7 @@ class ServeContext:
 
     apps: AppDirectory
     store: Store
-    runs: RunManager
+    runs: Runs
     uploads_dir: Path
     settings: RuntimeSettings | None
     clients: RoutePlanner | None
@@ -104,6 +101,7 @@ def _rules() -> Map:
             Rule("/v1/workflows/run", endpoint="run_workflow", methods=["POST"]),
             Rule("/v1/workflows/run/<run_id>", endpoint="workflow_run", methods=["GET"]),
             Rule("/v1/workflows/tasks/<task_id>/stop", endpoint="stop", methods=["POST"]),
+            Rule("/v1/workflow/<run_id>/events", endpoint="run_events", methods=["GET"]),
             Rule("/v1/chat-messages", endpoint="chat", methods=["POST"]),
             Rule("/v1/chat-messages/<task_id>/stop", endpoint="stop_chat", methods=["POST"]),
             Rule("/v1/messages", endpoint="messages", methods=["GET"]),
@@ -347,45 +345,19 @@ class ServiceApi:
         conversation: str | None,
         base_url: str,
     ) -> RunHandle:
-        context = self.context
-        if not context.runs.accepting:
+        runs = self.context.runs
+        if not runs.accepting:
             raise ApiError(503, "service_unavailable", "serve.error.draining")
-        store = context.store
-
-        def link(upload_id: str) -> str:
-            return context.links.link(base_url, upload_id)
-
-        resolved = uploads.resolve_inputs(inputs, app, store, link)
-        sys_files = uploads.resolve_files(files, app, store, link)
-        try:
-            run = app.workflow.run(
-                resolved,
-                query=query,
-                conversation_id=conversation,
-                user=user,
-                files=sys_files,
-                store=store,
-                settings=context.settings,
-                clients=context.clients,
-                code_executor=context.code_executor,
-            )
-        except InputError as exc:
-            raise invalid_param("serve.error.input", error=exc.render()) from None
-        except RouteError as exc:
-            raise ApiError(
-                400, "provider_not_initialize", "serve.error.provider", error=exc.render()
-            ) from None
-        except EnvVarError as exc:
-            raise ApiError(400, "app_unavailable", "serve.error.app", error=exc.render()) from None
-        except StoreError as exc:
-            if exc.message_key == "errors.store.foreignConversation":
-                raise not_found("serve.error.noConversation") from None
-            raise ApiError(
-                400, "conversation_busy", "serve.error.store", error=exc.render()
-            ) from None
-        except LocalizedError as exc:
-            raise invalid_param("serve.error.input", error=exc.render()) from None
-        return context.runs.start(run, app_stem=app.stem, user=user)
+        request = RunRequest(
+            app_stem=app.stem,
+            inputs=inputs,
+            user=user,
+            files=files,
+            query=query,
+            conversation_id=conversation,
+            base_url=base_url,
+        )
+        return runs.start(app, request)
 
     def _streaming(self, handle: RunHandle) -> Response:
         stream = handle.stream
@@ -421,21 +393,7 @@ class ServiceApi:
     def _workflow_run(self, request: Request, app: App, run_id: str) -> Response:
         record = self.context.store.run(run_id)
         if record is not None and record.app_id == app.workflow.app_id:
-            return _json(
-                {
-                    "id": record.id,
-                    "workflow_id": record.workflow_id,
-                    "status": record.status,
-                    "inputs": record.inputs,
-                    "outputs": record.outputs,
-                    "error": record.error,
-                    "total_steps": record.total_steps,
-                    "total_tokens": record.total_tokens,
-                    "created_at": int(record.created_at),
-                    "finished_at": int(record.finished_at),
-                    "elapsed_time": record.elapsed_time,
-                }
-            )
+            return _json(_run_record(record))
         live = self.context.runs.by_run_id(run_id)
         if live is None or live.app_id != app.workflow.app_id:
             raise not_found("serve.error.noRun")
@@ -455,6 +413,51 @@ class ServiceApi:
                 "elapsed_time": 0.0,
             }
         )
+
+    def _run_events(self, request: Request, app: App, run_id: str) -> Response:
+        """Dify's `GET /workflow/{id}/events?user=`: a run's stream again, from its start
+        or, with `Last-Event-ID` (or `last_event_id`), after the events a client saw.
+        Each frame carries its position as the SSE `id`, so a client that reconnects
+        with the last one it saw resumes without a loss or a repeat. A finished run
+        whose events are no longer kept is its `workflow_finished` alone (Dify)."""
+        user = request.args.get("user") or ""
+        if not user:
+            raise invalid_param("serve.error.input", error="user")
+        last = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or "0"
+        if not last.isdigit() or len(last) > 9:
+            raise invalid_param("serve.error.input", error="Last-Event-ID")
+        runs = self.context.runs
+        handle = runs.by_run_id(run_id) or runs.get(run_id)
+        if handle is not None and handle.app_id == app.workflow.app_id and handle.user == user:
+            after = int(last)
+            return self._event_stream(
+                handle.stream.follow(self.context.ping_interval, after), after
+            )
+        record = self.context.store.run(run_id)
+        if record is None or record.app_id != app.workflow.app_id or record.user_id != user:
+            raise not_found("serve.error.noRun")
+        finished = {
+            "event": "workflow_finished",
+            "workflow_run_id": record.id,
+            "task_id": record.id,
+            "data": _run_record(record),
+        }
+        return self._event_stream(iter([json.dumps(finished, ensure_ascii=False).encode()]))
+
+    def _event_stream(self, events: Iterator[bytes | None], first: int = 0) -> Response:
+        def frames() -> Iterator[bytes]:
+            position = first
+            for event in events:
+                if event is None:
+                    yield PING
+                    continue
+                position += 1
+                yield b"id: %d\n" % position + sse(event)
+
+        response = Response(frames(), mimetype="text/event-stream", direct_passthrough=True)
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Accel-Buffering"] = "no"
+        return response
 
     # ---- conversations
 
@@ -508,11 +511,27 @@ class ServiceApi:
         return Response(status=204)
 
 
-def _wait(stream: EventStream) -> list[dict[str, Any]]:
+def _wait(stream: EventSource) -> list[dict[str, Any]]:
     """Every event of the run, once it has ended (a blocking reply)."""
     for _ in stream.follow(PING_INTERVAL_S):
         pass
     return stream.events()
+
+
+def _run_record(record: RunRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "workflow_id": record.workflow_id,
+        "status": record.status,
+        "inputs": record.inputs,
+        "outputs": record.outputs,
+        "error": record.error,
+        "total_steps": record.total_steps,
+        "total_tokens": record.total_tokens,
+        "created_at": int(record.created_at),
+        "finished_at": int(record.finished_at),
+        "elapsed_time": record.elapsed_time,
+    }
 
 
 def _find(events: list[dict[str, Any]], name: str) -> dict[str, Any] | None:

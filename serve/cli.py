@@ -1,5 +1,5 @@
-"""The `firstgate` command: `serve` is handled here, everything else by the
-runtime's CLI (`runtime/cli.py`).
+"""The `firstgate` command: `serve` and `worker` are handled here, everything else
+by the runtime's CLI (`runtime/cli.py`).
 
 `firstgate serve` runs under gevent, so the standard library is patched before
 anything else is imported: this module imports nothing at the top that opens
@@ -48,7 +48,79 @@ def _serve_parser():  # type: ignore[no-untyped-def]
         help="seconds runs in flight get to finish on SIGTERM before they are stopped",
     )
     parser.add_argument("--locale", help="language of messages (default: from LANG)")
+    _add_broker_arguments(parser, required=False)
     return parser
+
+
+def _add_broker_arguments(parser, *, required: bool) -> None:  # type: ignore[no-untyped-def]
+    """The distributed mode's settings: `serve --broker` and `worker` take the same ones."""
+    group = parser.add_argument_group("runs on Celery workers (give serve and worker the same)")
+    group.add_argument(
+        "--broker",
+        metavar="redis://HOST:PORT/DB",
+        required=required,
+        help="queue runs here for `firstgate worker` processes; events and stops go through it",
+    )
+    group.add_argument("--queue", default="firstgate", help="the Celery queue's name")
+    group.add_argument(
+        "--time-limit",
+        type=float,
+        default=1200.0,
+        help="seconds a run may take on a worker before it is ended as failed",
+    )
+    group.add_argument(
+        "--visibility-timeout",
+        type=float,
+        default=3600.0,
+        help="seconds before the broker hands a taken, unacknowledged message out again",
+    )
+    group.add_argument(
+        "--lease",
+        type=float,
+        default=30.0,
+        help="seconds without a heartbeat after which a worker's run counts as lost",
+    )
+    group.add_argument(
+        "--max-attempts",
+        type=int,
+        default=1,
+        help="times a run is started in all when its worker is lost (1: never re-run)",
+    )
+
+
+def _distributed(args):  # type: ignore[no-untyped-def]
+    from serve.distributed.settings import DistributedSettings
+
+    if not args.broker:
+        return None
+    return DistributedSettings(
+        broker=args.broker,
+        queue=args.queue,
+        time_limit=args.time_limit,
+        visibility_timeout=args.visibility_timeout,
+        lease=args.lease,
+        max_attempts=args.max_attempts,
+    )
+
+
+def _locale_and_apps(args):  # type: ignore[no-untyped-def]
+    """The messages' locale, and the apps directory (None, said why, when it is not one)."""
+    from pathlib import Path
+
+    import locales
+
+    locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
+    apps_dir = Path(args.apps_dir)
+    if not apps_dir.is_dir():
+        print(locales.t("serve.start.notADirectory", locale, dir=str(apps_dir)), file=sys.stderr)
+        return locale, None
+    return locale, apps_dir
+
+
+def _settings(args):  # type: ignore[no-untyped-def]
+    from runtime.settings import load_settings
+
+    return load_settings(args.models) if args.models else None
 
 
 def serve_main(argv: Sequence[str]) -> int:
@@ -56,32 +128,81 @@ def serve_main(argv: Sequence[str]) -> int:
     import os
     from pathlib import Path
 
-    import locales
     from locales.localized_error import LocalizedError
-    from runtime.settings import load_settings
+    from serve.distributed.settings import require_shared_store
     from serve.server import ServeConfig, serve_forever
 
     args = _serve_parser().parse_args(list(argv))
-    locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
-    apps_dir = Path(args.apps_dir)
-    if not apps_dir.is_dir():
-        print(locales.t("serve.start.notADirectory", locale, dir=str(apps_dir)), file=sys.stderr)
+    locale, apps_dir = _locale_and_apps(args)
+    if apps_dir is None:
         return 2
     try:
-        settings = load_settings(args.models) if args.models else None
+        settings = _settings(args)
+        distributed = _distributed(args)
+        database = args.database_url or args.state
+        if distributed is not None:
+            database = require_shared_store(database)
         config = ServeConfig(
             apps_dir=apps_dir,
             host=args.host,
             port=args.port,
             settings=settings,
-            database=args.database_url or args.state,
+            database=database,
             uploads_dir=Path(args.uploads) if args.uploads else None,
             grace=args.grace,
             locale=locale,
             # Seconds of silence before a `ping` event (Dify's 10); tests shorten it.
             ping_interval=float(os.environ.get("FIRSTGATE_SSE_PING_S", "10")),
+            distributed=distributed,
         )
         return serve_forever(config)
+    except LocalizedError as exc:
+        print(exc.render(locale), file=sys.stderr)
+        return 2
+
+
+def _worker_parser():  # type: ignore[no-untyped-def]
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="firstgate worker",
+        description="Run the workflows that `firstgate serve --broker` queues (a Celery worker).",
+    )
+    parser.add_argument("apps_dir", metavar="APPS_DIR")
+    parser.add_argument("--models", "--settings", metavar="SETTINGS.yaml")
+    parser.add_argument(
+        "--database-url", metavar="URL", help="the PostgreSQL database serve uses: postgresql://..."
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=1000, help="runs at a time in this process (greenlets)"
+    )
+    parser.add_argument("--locale", help="language of messages (default: from LANG)")
+    _add_broker_arguments(parser, required=True)
+    return parser
+
+
+def worker_main(argv: Sequence[str]) -> int:
+    _patch_for_gevent()
+    from locales.localized_error import LocalizedError
+    from serve.distributed.run_worker import run_worker
+    from serve.distributed.settings import require_shared_store
+
+    args = _worker_parser().parse_args(list(argv))
+    locale, apps_dir = _locale_and_apps(args)
+    if apps_dir is None:
+        return 2
+    try:
+        settings = _settings(args)
+        distributed = _distributed(args)
+        database = require_shared_store(args.database_url)
+        return run_worker(
+            apps_dir,
+            distributed,
+            database=database,
+            settings=settings,
+            concurrency=args.concurrency,
+            locale=locale,
+        )
     except LocalizedError as exc:
         print(exc.render(locale), file=sys.stderr)
         return 2
@@ -91,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["serve"]:
         return serve_main(args[1:])
+    if args[:1] == ["worker"]:
+        return worker_main(args[1:])
     from runtime.cli import main as runtime_main
 
     return runtime_main(args)

@@ -27,6 +27,21 @@ class ApiError(Exception):
             "status": self.status,
         }
 
+    def to_dict(self) -> dict[str, Any]:
+        """As plain values, to travel to another process (`from_dict` reads it)."""
+        return {
+            "status": self.status,
+            "code": self.code,
+            "message_key": self.message_key,
+            "params": {k: str(v) for k, v in self.params.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ApiError:
+        return cls(
+            int(data["status"]), str(data["code"]), str(data["message_key"]), **data["params"]
+        )
+
     def encoded(self, locale: str | None = None) -> bytes:
         return json.dumps(self.body(locale), ensure_ascii=False).encode()
 

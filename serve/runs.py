@@ -1,12 +1,13 @@
 """Runs in flight: each run's events go into its own stream, which any number of
 readers follow (a streaming reply, a blocking reply, nobody at all).
 
-A run is started by `RunManager.start`, executed by an `Executor`, and its
-events are published to an `EventStream` by task id. The HTTP side only reads
-streams and asks for stops, so a later executor can run the workflow in
-another process (a Celery worker) and publish to a shared stream (Redis
-Streams) without the HTTP side changing: `EventStream.read(after, timeout)`
-is the shape of `XREAD`, and `stop` is a message to whoever holds the run.
+The HTTP side sees runs through one interface, `Runs`: `start` takes an
+accepted `RunRequest` and gives back a `RunHandle` whose `stream` (an
+`EventSource`) any request may follow from any position, `stop` asks whoever
+holds the run to end it. `RunManager` is the in-process implementation: the
+run executes here (a thread, a greenlet under gevent) and publishes to an
+in-memory `EventStream`. `serve/distributed/` is the other: runs execute on
+Celery workers and their events travel through Redis Streams.
 
 Reading never drives the run: a client that disconnects stops reading, and the
 run goes on to its end and is recorded (Dify's behaviour); only `stop` ends it
@@ -22,15 +23,49 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from runtime.engine import WorkflowRun
+from serve.apps import App
+from serve.launch import Launcher, RunRequest
 
 # How long a finished run's events stay readable (a blocking caller, a late reader).
 KEEP_FINISHED_S = 300.0
 
 
-class EventStream:
+class EventSource(ABC):
+    """One run's events as a reader sees them: positions count from 0, `read(after)`
+    gives the events after the first `after` (the shape of Redis' `XREAD`)."""
+
+    @abstractmethod
+    def read(self, after: int, timeout: float) -> tuple[list[bytes], bool]:
+        """Events from position `after` on, waiting up to `timeout` for one; and whether
+        the stream has ended (nothing more will come after these)."""
+
+    @property
+    @abstractmethod
+    def ended(self) -> bool: ...
+
+    def follow(self, idle: float, after: int = 0) -> Iterator[bytes | None]:
+        """Every event from position `after` until the end; None each time `idle`
+        seconds pass without one."""
+        seen = after
+        while True:
+            batch, ended = self.read(seen, idle)
+            seen += len(batch)
+            yield from batch
+            if ended:
+                return
+            if not batch:
+                yield None
+
+    def events(self) -> list[dict[str, Any]]:
+        """The events so far, decoded."""
+        batch, _ = self.read(0, 0)
+        return [json.loads(e) for e in batch]
+
+
+class EventStream(EventSource):
     """One run's events, in order, readable from any index.
 
     Each event is kept as its JSON text (Dify's wire form, encoded once): what a
@@ -62,29 +97,10 @@ class EventStream:
         return self._ended
 
     def read(self, after: int, timeout: float) -> tuple[list[bytes], bool]:
-        """Events from index `after` on, waiting up to `timeout` for one; and whether
-        the stream has ended (nothing more will come after these)."""
         with self._changed:
             if len(self._events) <= after and not self._ended:
                 self._changed.wait(timeout)
             return self._events[after:], self._ended
-
-    def follow(self, idle: float) -> Iterator[bytes | None]:
-        """Every event until the end; None each time `idle` seconds pass without one."""
-        seen = 0
-        while True:
-            batch, ended = self.read(seen, idle)
-            seen += len(batch)
-            yield from batch
-            if ended:
-                return
-            if not batch:
-                yield None
-
-    def events(self) -> list[dict[str, Any]]:
-        """The events so far, decoded."""
-        batch, _ = self.read(0, 0)
-        return [json.loads(e) for e in batch]
 
 
 @dataclass(slots=True)
@@ -97,26 +113,68 @@ class RunHandle:
     app_id: str
     user: str
     chat: bool
-    stream: EventStream
+    stream: EventSource
     stop: Callable[[str], None]
     started_at: float = field(default_factory=time.time)
     stopped_by: str | None = None
+
+
+class EventSink(Protocol):
+    """Where a run's events go: an in-memory `EventStream`, a Redis stream."""
+
+    def publish(self, event: dict[str, Any]) -> None: ...
+
+    def end(self) -> None: ...
+
+
+class Runs(ABC):
+    """The runs the HTTP side starts, follows and stops, wherever they execute."""
+
+    accepting: bool
+
+    @abstractmethod
+    def start(self, app: App, request: RunRequest) -> RunHandle:
+        """Start (or queue) a run; ApiError when it cannot start."""
+
+    @abstractmethod
+    def get(self, task_id: str) -> RunHandle | None: ...
+
+    @abstractmethod
+    def by_run_id(self, workflow_run_id: str) -> RunHandle | None: ...
+
+    @abstractmethod
+    def stop(self, task_id: str, *, app_id: str, user: str, reason: str) -> bool:
+        """Stop a run of this app and user; False when there is no such run in flight."""
+
+    @property
+    @abstractmethod
+    def active(self) -> int:
+        """Runs started here and not yet ended."""
+
+    @abstractmethod
+    def drain(self, grace: float, reason: str, settle: float = 10.0) -> None:
+        """Stop taking runs, let those in flight finish within `grace` seconds, then
+        stop the rest and wait for them to be recorded, `settle` seconds at most."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Let go of what the runs hold (connections)."""
 
 
 class Executor(ABC):
     """Runs a started workflow run and publishes its events."""
 
     @abstractmethod
-    def execute(self, run: WorkflowRun, stream: EventStream, on_end: Callable[[], None]) -> None:
+    def execute(self, run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -> None:
         """Start draining `run` into `stream`; return at once."""
 
 
 class ThreadExecutor(Executor):
     """In this process: a thread per run (a greenlet when gevent has patched threading)."""
 
-    def execute(self, run: WorkflowRun, stream: EventStream, on_end: Callable[[], None]) -> None:
+    def execute(self, run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -> None:
         threading.Thread(
-            target=_drain, args=(run, stream, on_end), name=f"run-{run.run_id}", daemon=True
+            target=drain_run, args=(run, stream, on_end), name=f"run-{run.run_id}", daemon=True
         ).start()
 
 
@@ -126,7 +184,9 @@ def _last_event(run: WorkflowRun) -> tuple[str, ...]:
     return ("message_end", "error") if run.info.chat else ("workflow_finished",)
 
 
-def _drain(run: WorkflowRun, stream: EventStream, on_end: Callable[[], None]) -> None:
+def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -> None:
+    """Publish every event of `run` into `stream`, end the stream with the run's last
+    event, then call `on_end` (after the engine's own clean-up)."""
     last = _last_event(run)
     try:
         for event in run:
@@ -154,10 +214,11 @@ def _already_ended(reason: str) -> None:
     """`stop` of a run that has ended: nothing to do."""
 
 
-class RunManager:
-    """The runs of one server process, by task id."""
+class RunManager(Runs):
+    """The runs of one server process, executed here, by task id."""
 
-    def __init__(self, executor: Executor | None = None) -> None:
+    def __init__(self, launcher: Launcher, executor: Executor | None = None) -> None:
+        self.launcher = launcher
         self.executor = executor or ThreadExecutor()
         self._runs: dict[str, RunHandle] = {}
         self._by_run_id: dict[str, str] = {}
@@ -166,14 +227,15 @@ class RunManager:
         self._active = 0
         self.accepting = True
 
-    def start(self, run: WorkflowRun, *, app_stem: str, user: str) -> RunHandle:
+    def start(self, app: App, request: RunRequest) -> RunHandle:
+        run = self.launcher.open(app, request)
         info = run.info
         handle = RunHandle(
             task_id=info.task_id,
             workflow_run_id=info.workflow_run_id,
-            app_stem=app_stem,
+            app_stem=app.stem,
             app_id=info.app_id,
-            user=user,
+            user=request.user,
             chat=info.chat,
             stream=EventStream(),
             stop=run.abort,
@@ -218,7 +280,6 @@ class RunManager:
             return self._runs.get(task_id) if task_id else None
 
     def stop(self, task_id: str, *, app_id: str, user: str, reason: str) -> bool:
-        """Stop a run of this app and user; False when there is no such run in flight."""
         handle = self.get(task_id)
         if handle is None or handle.app_id != app_id or handle.user != user:
             return False
@@ -233,10 +294,11 @@ class RunManager:
         with self._lock:
             return self._active
 
+    def close(self) -> None:
+        """Nothing to let go of: the runs hold no connections of their own."""
+
     def drain(self, grace: float, reason: str, settle: float = 10.0) -> None:
-        """Stop taking runs, let those in flight finish within `grace` seconds, then
-        stop the rest (recorded as `stopped` with what they had) and wait for them
-        to be recorded, `settle` seconds at most."""
+        # The rest are recorded as `stopped` with what they had.
         self.accepting = False
         give_up = time.monotonic() + max(0.0, grace)
         with self._lock:

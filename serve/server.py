@@ -29,12 +29,16 @@ from typing import Any
 
 from locales import t
 from runtime.code_executors import build_code_executor
+from runtime.limits import RunLimits
 from runtime.route_clients import RouteClients
 from runtime.routes import ModelRoutes
 from runtime.settings import RuntimeSettings
 from serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
 from serve.apps import AppDirectory, load_directory
-from serve.runs import RunManager
+from serve.distributed.settings import DistributedSettings
+from serve.file_links import FileLinks
+from serve.launch import Launcher
+from serve.runs import RunManager, Runs
 from store import open_store
 from store.base import Store
 from store.sqlite import default_path
@@ -58,6 +62,9 @@ class ServeConfig:
     grace: float = DEFAULT_GRACE_S
     locale: str | None = None
     ping_interval: float = PING_INTERVAL_S
+    limits: RunLimits | None = None  # None: the engine's defaults
+    # Runs on Celery workers (`--broker`); None: in this process.
+    distributed: DistributedSettings | None = None
 
 
 class SharedClients:
@@ -83,27 +90,30 @@ def raise_open_file_limit() -> None:
 
 
 @dataclass(slots=True)
-class Service:
-    """Everything one serving process holds; `close()` lets it all go."""
+class RunResources:
+    """What the runs of one process share: the store, the model routes (one pool and
+    one embedded llama-server), the code sandboxes; and the launcher that uses them."""
 
-    context: ServeContext
-    api: ServiceApi
-    route_clients: RouteClients
+    launcher: Launcher
+    route_clients: RouteClients | None
 
     def close(self) -> None:
-        if self.context.code_executor is not None:
-            self.context.code_executor.close()
-        self.route_clients.close()
-        self.context.store.close()
+        if self.launcher.code_executor is not None:
+            self.launcher.code_executor.close()
+        if self.route_clients is not None:
+            self.route_clients.close()
+        self.launcher.store.close()
 
 
-def build_service(
-    config: ServeConfig, environ: Mapping[str, str], directory: AppDirectory | None = None
-) -> Service:
-    apps = directory if directory is not None else load_directory(config.apps_dir, environ)
+def open_resources(
+    config: ServeConfig, apps: AppDirectory, *, executes_runs: bool = True
+) -> RunResources:
+    """The shared parts for `apps`; a process that only queues runs (`serve
+    --broker`) opens the store alone: no model clients, no sandboxes."""
     store: Store = open_store(config.database)
-    uploads_dir = config.uploads_dir or _default_uploads(config.database)
-    uploads_dir.mkdir(parents=True, exist_ok=True)
+    links = FileLinks()
+    if not executes_runs:
+        return RunResources(Launcher(store, config.settings, None, links), None)
     routes = ModelRoutes(config.settings)
     route_clients = RouteClients(routes, max_connections=MAX_ROUTE_CONNECTIONS)
     providers = {p for app in apps.apps.values() for p in app.workflow.llm_providers()}
@@ -114,26 +124,63 @@ def build_service(
         if needs_code
         else None
     )
+    launcher = Launcher(
+        store, config.settings, SharedClients(route_clients), links, code_executor, config.limits
+    )
+    resources = RunResources(launcher, route_clients)
     try:
         if route_clients.needs_local(providers):
             route_clients.start_local()
+    except BaseException:
+        resources.close()
+        raise
+    return resources
+
+
+@dataclass(slots=True)
+class Service:
+    """Everything one serving process holds; `close()` lets it all go."""
+
+    context: ServeContext
+    api: ServiceApi
+    resources: RunResources
+
+    def close(self) -> None:
+        self.context.runs.close()
+        self.resources.close()
+
+
+def build_service(
+    config: ServeConfig, environ: Mapping[str, str], directory: AppDirectory | None = None
+) -> Service:
+    apps = directory if directory is not None else load_directory(config.apps_dir, environ)
+    uploads_dir = config.uploads_dir or _default_uploads(config.database)
+    uploads_dir.mkdir(parents=True, exist_ok=True)
+    distributed = config.distributed
+    resources = open_resources(config, apps, executes_runs=distributed is None)
+    launcher = resources.launcher
+    try:
+        if distributed is None:
+            runs: Runs = RunManager(launcher)
+        else:
+            from serve.distributed.remote_runs import connect
+
+            runs = connect(launcher, distributed)
         context = ServeContext(
             apps=apps,
-            store=store,
-            runs=RunManager(),
+            store=launcher.store,
+            runs=runs,
             uploads_dir=uploads_dir,
             settings=config.settings,
-            clients=SharedClients(route_clients),
+            clients=launcher.clients,
             ping_interval=config.ping_interval,
-            code_executor=code_executor,
+            links=launcher.links,
+            code_executor=launcher.code_executor,
         )
     except BaseException:
-        if code_executor is not None:
-            code_executor.close()
-        route_clients.close()
-        store.close()
+        resources.close()
         raise
-    return Service(context, ServiceApi(context), route_clients)
+    return Service(context, ServiceApi(context), resources)
 
 
 def _default_uploads(database: str | None) -> Path:

@@ -8,6 +8,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -34,29 +35,38 @@ def postgres_server() -> Iterator[str]:
         pg_cluster.stop_cluster(directory)
 
 
-@pytest.fixture
-def postgres_url(postgres_server: str) -> Iterator[str]:
-    """A fresh, empty database on the test server for one test."""
+@contextmanager
+def fresh_database(server: str) -> Iterator[str]:
+    """A new, empty database on `server`, dropped afterwards."""
     import pg8000.dbapi
 
     name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = _connect(postgres_server)
+    admin = _connect(server)
     admin.autocommit = True
     admin.cursor().execute(f"CREATE DATABASE {name}")
     admin.close()
-    parts = urlsplit(postgres_server)
-    yield urlunsplit(parts._replace(path=f"/{name}"))
-    admin = _connect(postgres_server)
-    admin.autocommit = True
-    cursor = admin.cursor()
-    cursor.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
-    )
+    parts = urlsplit(server)
     try:
-        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
-    except pg8000.dbapi.Error:
-        pass  # a connection still closing; the server is thrown away at the end
-    admin.close()
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        admin = _connect(server)
+        admin.autocommit = True
+        cursor = admin.cursor()
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+        )
+        try:
+            cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+        except pg8000.dbapi.Error:
+            pass  # a connection still closing; the server is thrown away at the end
+        admin.close()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty database on the test server for one test."""
+    with fresh_database(postgres_server) as url:
+        yield url
 
 
 def _connect(url: str):  # type: ignore[no-untyped-def]

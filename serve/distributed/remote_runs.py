@@ -1,0 +1,122 @@
+"""`Runs` for an API process whose runs execute on Celery workers.
+
+`start` checks the request here (bad input is a 400 at once, as in-process),
+records the run in Redis, queues it, and waits briefly for its first entry:
+a run the worker could not start (an unset credential, a busy conversation)
+is then Dify's error reply, as in-process; a run still queued after that
+wait is answered anyway, its reply beginning when a worker takes it. Any API
+process can follow any run's stream and stop any run: both go through Redis,
+not through the process that queued it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from celery import Celery
+
+from serve.apps import App
+from serve.distributed.celery_app import TASK_NAME, make_celery
+from serve.distributed.run_state import RedisEventStream, RunStore, share_file_links
+from serve.distributed.settings import DistributedSettings, redis_client
+from serve.errors import ApiError
+from serve.launch import Launcher, RunRequest
+from serve.runs import RunHandle, Runs
+
+# How long `start` waits for a worker to take the run before answering anyway.
+START_WAIT_S = 2.0
+
+
+class RemoteRuns(Runs):
+    def __init__(
+        self,
+        launcher: Launcher,
+        celery: Celery,
+        runs: RunStore,
+        settings: DistributedSettings,
+        start_wait: float = START_WAIT_S,
+    ) -> None:
+        self.launcher = launcher
+        self.celery = celery
+        self.runs = runs
+        self.settings = settings
+        self.start_wait = start_wait
+        self.accepting = True
+
+    def start(self, app: App, request: RunRequest) -> RunHandle:
+        self.launcher.check(app, request)
+        meta = {
+            "request": json.dumps(request.to_dict(), ensure_ascii=False),
+            "app_stem": app.stem,
+            "app_id": app.workflow.app_id,
+            "user": request.user,
+            "chat": "1" if app.chat else "",
+            "workflow_run_id": request.workflow_run_id,
+            "created_at": f"{time.time():.3f}",
+        }
+        self.runs.queue(request.task_id, request.workflow_run_id, meta)
+        self.celery.send_task(
+            TASK_NAME,
+            kwargs={"request": request.to_dict()},
+            task_id=request.task_id,
+            queue=self.settings.queue,
+        )
+        handle = self._handle(request.task_id, meta)
+        # The first entry: the run's first event, or why it could not start.
+        handle.stream.read(0, self.start_wait)
+        refused = handle.stream.refused  # type: ignore[attr-defined]
+        if refused is not None:
+            raise ApiError.from_dict(refused)
+        return handle
+
+    def _handle(self, task_id: str, meta: dict[str, str]) -> RunHandle:
+        return RunHandle(
+            task_id=task_id,
+            workflow_run_id=meta["workflow_run_id"],
+            app_stem=meta["app_stem"],
+            app_id=meta["app_id"],
+            user=meta["user"],
+            chat=bool(meta.get("chat")),
+            stream=RedisEventStream(self.runs.redis, task_id),
+            stop=lambda reason: self.runs.request_stop(task_id, reason),
+            started_at=float(meta.get("created_at") or time.time()),
+        )
+
+    def get(self, task_id: str) -> RunHandle | None:
+        meta = self.runs.meta(task_id)
+        if "workflow_run_id" not in meta:
+            return None
+        return self._handle(task_id, meta)
+
+    def by_run_id(self, workflow_run_id: str) -> RunHandle | None:
+        task_id = self.runs.task_for_run(workflow_run_id)
+        return self.get(task_id) if task_id else None
+
+    def stop(self, task_id: str, *, app_id: str, user: str, reason: str) -> bool:
+        meta = self.runs.meta(task_id)
+        if meta.get("app_id") != app_id or meta.get("user") != user:
+            return False
+        if meta.get("state") == "finished":
+            return False
+        self.runs.request_stop(task_id, reason)
+        return True
+
+    @property
+    def active(self) -> int:
+        # Runs execute on the workers: an API process that drains leaves them running.
+        return 0
+
+    def drain(self, grace: float, reason: str, settle: float = 10.0) -> None:
+        self.accepting = False
+
+    def close(self) -> None:
+        self.runs.redis.close()
+
+
+def connect(launcher: Launcher, settings: DistributedSettings) -> RemoteRuns:
+    """The API side of the distributed mode, connected to the broker's Redis."""
+    client = redis_client(settings.broker)
+    share_file_links(launcher, client)
+    store = RunStore(client, keep_finished=settings.keep_finished)
+    return RemoteRuns(launcher, make_celery(settings), store, settings)

@@ -1,0 +1,87 @@
+"""The `firstgate worker` process: the apps, the shared run resources, the Celery
+worker on the gevent pool. The standard library is patched by the CLI first.
+
+SIGTERM is Celery's warm shutdown: no new message is taken, the runs in flight
+finish, then the process exits (a second SIGTERM, or SIGQUIT, is a cold
+shutdown: runs in flight are lost, and the sweepers of the other workers end
+them or queue them again once their lease lapses).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from celery.signals import worker_ready
+
+from locales import t
+from runtime.limits import RunLimits
+from runtime.settings import RuntimeSettings
+from serve.apps import load_directory
+from serve.distributed.settings import DistributedSettings
+from serve.distributed.worker import build_worker
+from serve.server import ServeConfig, open_resources, raise_open_file_limit, report_apps
+
+
+def run_worker(
+    apps_dir: Path,
+    distributed: DistributedSettings,
+    *,
+    database: str,
+    settings: RuntimeSettings | None,
+    concurrency: int,
+    locale: str | None,
+) -> int:
+    apps = load_directory(apps_dir, os.environ)
+    report_apps(apps, locale)
+    if not apps.apps:
+        print(t("serve.start.noApps", locale, dir=str(apps_dir)), file=sys.stderr)
+        return 2
+    raise_open_file_limit()
+    config = ServeConfig(
+        apps_dir=apps_dir,
+        settings=settings,
+        database=database,
+        limits=RunLimits(max_run_seconds=distributed.time_limit),
+        distributed=distributed,
+        locale=locale,
+    )
+    resources = open_resources(config, apps)
+    celery, runtime = build_worker(apps, resources.launcher, distributed, locale)
+
+    def ready(**_: Any) -> None:
+        print(
+            t(
+                "serve.worker.ready",
+                locale,
+                id=runtime.worker_id,
+                count=len(apps.apps),
+                queue=distributed.queue,
+                concurrency=concurrency,
+            ),
+            flush=True,
+        )
+
+    worker_ready.connect(ready, weak=False)
+    gc.freeze()
+    runtime.start_background()
+    try:
+        worker = celery.Worker(
+            pool="gevent",
+            concurrency=concurrency,
+            hostname=f"firstgate@{runtime.worker_id}",
+            queues=[distributed.queue],
+            without_heartbeat=True,
+            without_mingle=True,
+            without_gossip=True,
+            loglevel="WARNING",
+            quiet=True,
+        )
+        worker.start()
+        return int(worker.exitcode or 0)
+    finally:
+        runtime.stop_background()
+        resources.close()

@@ -1,0 +1,83 @@
+"""The settings of the distributed mode, shared by `serve --broker` and `worker`
+(both must be given the same values), and the one Redis client every part uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from locales.localized_error import LocalizedError
+from store.postgres import is_postgres_url, redact_url
+
+# Dify's WORKFLOW_MAX_EXECUTION_TIME: a run's wall-clock limit on a worker.
+DEFAULT_TIME_LIMIT_S = 1200.0
+# A message taken by a worker that neither finished nor acknowledged it is
+# handed out again after this long (kombu's Redis transport).
+DEFAULT_VISIBILITY_TIMEOUT_S = 3600.0
+# A worker renews its hold on each of its runs a few times per lease; a run
+# whose lease lapses is lost (its worker died or hung).
+DEFAULT_LEASE_S = 30.0
+# How long a finished run's events stay readable (as in-process serve keeps them).
+DEFAULT_KEEP_FINISHED_S = 300.0
+# What Redis may be down for (a restart) before an operation gives up.
+RECONNECT_FOR_S = 60.0
+
+
+class DistributedError(LocalizedError):
+    """A distributed-mode setting that cannot work (the CLI exits 2 with it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DistributedSettings:
+    broker: str  # redis://host:port/db
+    queue: str = "firstgate"
+    time_limit: float = DEFAULT_TIME_LIMIT_S
+    visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT_S
+    lease: float = DEFAULT_LEASE_S
+    # How many times a run is started in all when its worker is lost: 1 never
+    # re-runs it (it ends `failed`); 2 re-runs it once; and so on.
+    max_attempts: int = 1
+    keep_finished: float = DEFAULT_KEEP_FINISHED_S
+
+    def __post_init__(self) -> None:
+        scheme = urlsplit(self.broker).scheme
+        if scheme not in ("redis", "rediss"):
+            raise DistributedError("serve.worker.broker", url=redact_url(self.broker))
+        if self.lease * 2 > self.visibility_timeout:
+            # Lost runs are found by their lease, well before the broker hands
+            # their message out again.
+            raise DistributedError(
+                "serve.worker.lease", lease=self.lease, visibility=self.visibility_timeout
+            )
+        if self.max_attempts < 1 or self.time_limit <= 0:
+            raise DistributedError("serve.worker.attempts")
+
+    @property
+    def sweep_interval(self) -> float:
+        return max(0.05, self.lease / 4)
+
+
+def redis_client(url: str, *, socket_timeout: float = 30.0) -> redis.Redis:
+    """A client that rides out a Redis restart: each command is retried on a lost
+    connection for about `RECONNECT_FOR_S` (exponential back-off up to 0.5 s)."""
+    retries = int(RECONNECT_FOR_S / 0.5) + 8
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=5.0,
+        socket_keepalive=True,
+        health_check_interval=15,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), retries),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError, ConnectionError],
+    )
+
+
+def require_shared_store(database: str | None) -> str:
+    """The store in this mode: PostgreSQL, which every process can share."""
+    if not database or not is_postgres_url(database):
+        raise DistributedError("serve.worker.sqlite")
+    return database

@@ -1,0 +1,357 @@
+"""`firstgate worker`: one Celery worker process on the gevent pool, executing the
+runs that `firstgate serve --broker` queues.
+
+Each run is a greenlet (the gate's ContextVar budgets and the run's cancel
+token are per greenlet, as in-process). Beside the runs, three greenlets:
+
+- the heartbeat renews the lease of every run held here; a renewal refused
+  (someone took the run over: this process hung past its lease) aborts the
+  run here, and the fenced stream takes nothing more from it;
+- the stop listener follows the `stops` channel and aborts the run named, at
+  once (the gate cancels its in-flight model stream at the socket); after a
+  reconnection it reads the stop flags of every run held here, so a stop sent
+  while Redis was away is not lost;
+- the sweeper ends runs whose lease lapsed (their worker was killed or hangs):
+  re-queued while `max_attempts` allows, else ended `failed` with a clear
+  error, in the stream and in the store, within about a lease.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+import redis
+from celery import Celery
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from locales import t
+from runtime.engine import WorkflowRun
+from runtime.events import ErrorEvent, RunInfo, WorkflowFailed
+from serve.apps import App, AppDirectory
+from serve.distributed.celery_app import TASK_NAME, make_celery, set_dead_letter_sink
+from serve.distributed.run_state import STOP_CHANNEL, EventSink, RunStore, share_file_links
+from serve.distributed.settings import DistributedSettings, redis_client
+from serve.errors import ApiError, not_found
+from serve.launch import Launcher, RunRequest
+from serve.runs import drain_run
+from store.base import RunRecord
+
+log = logging.getLogger("firstgate.worker")
+
+# After the run's own time limit, how long its engine gets to end it before the
+# worker gives the run up as failed (a node that does not heed the cancel).
+HARD_LIMIT_GRACE_S = 30.0
+
+
+class QueuedRun(BaseModel):
+    """A `firstgate.run` message's one argument: the queued `RunRequest`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    app_stem: str = Field(min_length=1, max_length=500)
+    inputs: dict[str, Any]
+    user: str = Field(max_length=1000)
+    files: list[dict[str, Any]] | None = None
+    query: str | None = None
+    conversation_id: str | None = Field(default=None, max_length=100)
+    base_url: str = Field(default="", max_length=2000)
+    task_id: str = Field(min_length=1, max_length=100)
+    workflow_run_id: str = Field(min_length=1, max_length=100)
+
+
+class HardLimit(Exception):
+    """The run outlived its time limit and the grace after it."""
+
+
+@dataclass(slots=True)
+class HeldRun:
+    run: WorkflowRun
+    owner: str
+    sink: EventSink
+
+
+class WorkerRuntime:
+    """What one worker process holds: the apps, what runs share, the runs held here."""
+
+    def __init__(
+        self,
+        apps: AppDirectory,
+        launcher: Launcher,
+        runs: RunStore,
+        celery: Celery,
+        settings: DistributedSettings,
+        *,
+        locale: str | None = None,
+    ) -> None:
+        self.apps = apps
+        self.launcher = launcher
+        self.runs = runs
+        self.celery = celery
+        self.settings = settings
+        self.locale = locale
+        self.worker_id = f"{socket.gethostname()}.{uuid.uuid4().hex[:8]}"
+        self.held: dict[str, HeldRun] = {}
+        self._greenlets: list[gevent.Greenlet] = []
+
+    # ---- the task
+
+    def execute(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """One `firstgate.run` message."""
+        try:
+            if args or set(kwargs) != {"request"}:
+                raise TypeError("one keyword argument, `request`, is expected")
+            queued = QueuedRun.model_validate(kwargs["request"])
+        except (TypeError, ValidationError) as exc:
+            self.runs.dead_letter(
+                "malformed", {"args": list(args), "kwargs": dict(kwargs)}, error=str(exc)[:2000]
+            )
+            return
+        request = RunRequest(**queued.model_dump())
+        owner = f"{self.worker_id}:{uuid.uuid4().hex[:8]}"
+        claim = self.runs.claim(
+            request.task_id, owner, self.settings.lease, self.settings.max_attempts
+        )
+        if claim == "unknown":
+            self.runs.dead_letter("no-such-run", request.to_dict())
+            return
+        if claim == "exhausted":
+            self.sweep_one(request.task_id)
+            return
+        if claim != "claimed":
+            return  # finished, or held by a live worker: a second delivery does nothing
+        self._execute_claimed(request, owner)
+
+    def _execute_claimed(self, request: RunRequest, owner: str) -> None:
+        task_id = request.task_id
+        held: HeldRun | None = None
+
+        def lost() -> None:
+            if held is not None:
+                held.run.abort(t("serve.worker.lostHold", self.locale))
+
+        sink = EventSink(self.runs, task_id, owner, lost)
+        app = self.apps.apps.get(request.app_stem)
+        try:
+            if app is None:
+                raise not_found("serve.worker.noApp", app=request.app_stem)
+            run = self.launcher.open(app, request)
+        except ApiError as error:
+            sink.refuse(error)
+            sink.end()
+            return
+        self.runs.set_field(task_id, "info", json.dumps(_info_dict(run.info)))
+        held = HeldRun(run, owner, sink)
+        self.held[task_id] = held
+        reason = self.runs.stop_reason(task_id)
+        if reason is not None:
+            run.abort(reason)
+        limit = self.settings.time_limit + HARD_LIMIT_GRACE_S
+        try:
+            with gevent.Timeout(limit, HardLimit):
+                drain_run(run, sink, lambda: None)
+        except HardLimit:
+            run.abort(t("serve.worker.hardLimit", self.locale, seconds=limit))
+            message = t("serve.worker.hardLimit", None, seconds=limit)
+            self._fail(task_id, owner, run.info, message, app, request)
+        finally:
+            self.held.pop(task_id, None)
+            sink.end()
+
+    # ---- ending a run that nobody can finish
+
+    def _fail(
+        self,
+        task_id: str,
+        owner: str,
+        info: RunInfo,
+        message: str,
+        app: App | None,
+        request: RunRequest,
+    ) -> None:
+        """End the run as `failed` with `message`: its last events, and its record."""
+        sink = EventSink(self.runs, task_id, owner, lambda: None)
+        now = time.time()
+        elapsed = max(0.0, now - info.created_at)
+        sink.publish(
+            WorkflowFailed(
+                run=info,
+                elapsed=elapsed,
+                finished_at=int(now),
+                error_type="WorkerLost",
+                error_message=message,
+            ).to_dict()
+        )
+        if info.chat:
+            sink.publish(
+                ErrorEvent(
+                    run=info,
+                    elapsed=elapsed,
+                    message=message,
+                    code="internal_server_error",
+                    status=500,
+                ).to_dict()
+            )
+        if not sink.fenced and self.launcher.store.run(info.workflow_run_id) is None:
+            self.launcher.store.record_run(
+                RunRecord(
+                    id=info.workflow_run_id,
+                    app_id=info.app_id,
+                    workflow_id=info.workflow_id,
+                    mode=info.mode,
+                    user_id=info.user_id,
+                    status="failed",
+                    inputs=request.inputs,
+                    outputs={},
+                    error=message,
+                    elapsed_time=elapsed,
+                    total_tokens=0,
+                    total_steps=0,
+                    exceptions_count=0,
+                    created_at=float(info.created_at),
+                    finished_at=now,
+                )
+            )
+        sink.end()
+
+    def sweep_one(self, task_id: str) -> None:
+        """A run whose lease lapsed: re-queue it or end it as failed."""
+        token = f"{self.worker_id}:reaper:{uuid.uuid4().hex[:8]}"
+        verdict = self.runs.reap(task_id, self.settings.max_attempts, token, self.settings.lease)
+        verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
+        meta = self.runs.meta(task_id)
+        if verdict == "requeue":
+            log.warning("run %s lost its worker; queued again", task_id)
+            self.celery.send_task(
+                TASK_NAME,
+                kwargs={"request": json.loads(meta["request"])},
+                queue=self.settings.queue,
+            )
+        elif verdict == "fail":
+            log.warning("run %s lost its worker; ended as failed", task_id)
+            request = RunRequest(**json.loads(meta["request"]))
+            app = self.apps.apps.get(request.app_stem)
+            info = _info_from(meta, request, app)
+            attempts = int(meta.get("attempts") or 1)
+            message = t("serve.worker.lost", None, attempts=attempts)
+            self._fail(task_id, token, info, message, app, request)
+
+    # ---- background greenlets
+
+    def start_background(self) -> None:
+        for loop in (self._heartbeat, self._listen_for_stops, self._sweep):
+            self._greenlets.append(gevent.spawn(_forever, loop))
+
+    def stop_background(self) -> None:
+        gevent.killall(self._greenlets, block=False)
+
+    def _heartbeat(self) -> None:
+        while True:
+            gevent.sleep(self.settings.lease / 3)
+            for task_id, held in list(self.held.items()):
+                if held.sink.ended:
+                    continue
+                if not self.runs.renew(task_id, held.owner, self.settings.lease):
+                    held.sink.fenced = True
+                    held.run.abort(t("serve.worker.lostHold", self.locale))
+
+    def _sweep(self) -> None:
+        while True:
+            gevent.sleep(self.settings.sweep_interval)
+            for task_id in self.runs.lapsed():
+                self.sweep_one(task_id)
+
+    def _listen_for_stops(self) -> None:
+        pubsub = self.runs.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.subscribe(STOP_CHANNEL)
+            # Stops sent while this listener was away (a Redis restart).
+            for task_id in list(self.held):
+                self._stop_if_asked(task_id)
+            while True:
+                message = pubsub.get_message(timeout=5.0)
+                if message and message.get("type") == "message":
+                    self._stop_if_asked(message["data"].decode())
+        finally:
+            pubsub.close()
+
+    def _stop_if_asked(self, task_id: str) -> None:
+        held = self.held.get(task_id)
+        if held is None:
+            return
+        reason = self.runs.stop_reason(task_id)
+        if reason is not None:
+            held.run.abort(reason)
+
+
+def _forever(loop: Any) -> None:
+    """Run a background loop; start it again after a lost connection."""
+    while True:
+        try:
+            loop()
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            log.warning("%s: %s; reconnecting", loop.__name__, exc)
+            gevent.sleep(0.2)
+        except Exception:  # noqa: BLE001 - a bug in a loop must not end the worker's duties
+            log.exception("%s failed; starting it again", loop.__name__)
+            gevent.sleep(1.0)
+
+
+def _info_dict(info: RunInfo) -> dict[str, Any]:
+    return {
+        "task_id": info.task_id,
+        "workflow_run_id": info.workflow_run_id,
+        "workflow_id": info.workflow_id,
+        "app_id": info.app_id,
+        "mode": info.mode,
+        "user_id": info.user_id,
+        "created_at": info.created_at,
+        "conversation_id": info.conversation_id,
+        "message_id": info.message_id,
+    }
+
+
+def _info_from(meta: Mapping[str, str], request: RunRequest, app: App | None) -> RunInfo:
+    """The run's identity: as its worker recorded it, else from the request."""
+    if meta.get("info"):
+        return RunInfo(**json.loads(meta["info"]))
+    return RunInfo(
+        task_id=request.task_id,
+        workflow_run_id=request.workflow_run_id,
+        workflow_id=app.workflow.workflow_id if app else "",
+        app_id=meta.get("app_id", ""),
+        mode=app.mode if app else "workflow",
+        user_id=request.user,
+        created_at=int(float(meta.get("created_at") or time.time())),
+        conversation_id=request.conversation_id,
+        message_id=None,
+    )
+
+
+def register(celery: Celery, runtime: WorkerRuntime) -> None:
+    """The `firstgate.run` task of this worker, and where its dead letters go."""
+
+    def run(*args: Any, **kwargs: Any) -> None:
+        runtime.execute(args, kwargs)
+
+    celery.task(name=TASK_NAME, typing=False)(run)
+    set_dead_letter_sink(runtime.runs.dead_letter)
+
+
+def build_worker(
+    apps: AppDirectory, launcher: Launcher, settings: DistributedSettings, locale: str | None
+) -> tuple[Celery, WorkerRuntime]:
+    client = redis_client(settings.broker)
+    share_file_links(launcher, client)
+    runs = RunStore(client, keep_finished=settings.keep_finished)
+    celery = make_celery(settings)
+    runtime = WorkerRuntime(apps, launcher, runs, celery, settings, locale=locale)
+    register(celery, runtime)
+    return celery, runtime

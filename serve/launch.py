@@ -1,0 +1,123 @@
+"""From an API request to a started run, wherever the run executes.
+
+A `RunRequest` is what the API accepted for one run, in plain JSON values (so
+it can be queued for a worker process as it is); `Launcher.open` turns it into
+a started `WorkflowRun` in the process that executes it (the API process
+in-process, a Celery worker with `--broker`), and `Launcher.check` runs the
+same input and file checks without starting anything (the API process checks
+before it queues, so bad input is a 400 in both modes). Every failure to start
+is one of Dify's errors (`ApiError`), mapped here once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from locales.localized_error import LocalizedError
+from nodes.base import RoutePlanner
+from nodes.start import InputError
+from runtime.engine import WorkflowRun
+from runtime.environment import EnvVarError
+from runtime.limits import RunLimits
+from runtime.routes import RouteError
+from runtime.settings import RuntimeSettings
+from sandbox.executor import CodeExecutor
+from serve import uploads
+from serve.apps import App
+from serve.errors import ApiError, invalid_param, not_found
+from serve.file_links import FileLinks
+from store.base import Store, StoreError
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """One accepted run request; the ids are chosen when it is accepted."""
+
+    app_stem: str
+    inputs: dict[str, Any]
+    user: str
+    files: list[dict[str, Any]] | None = None
+    query: str | None = None
+    conversation_id: str | None = None
+    base_url: str = ""
+    task_id: str = field(default_factory=_new_id)
+    workflow_run_id: str = field(default_factory=_new_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class Launcher:
+    """What starting a run takes in one process: the shared store, clients and sandboxes."""
+
+    store: Store
+    settings: RuntimeSettings | None
+    clients: RoutePlanner | None
+    links: FileLinks
+    code_executor: CodeExecutor | None = None
+    limits: RunLimits | None = None  # None: the engine's defaults
+
+    def _resolve(self, app: App, request: RunRequest) -> tuple[dict[str, Any], list[Any]]:
+        def link(upload_id: str) -> str:
+            return self.links.link(request.base_url, upload_id)
+
+        inputs = uploads.resolve_inputs(request.inputs, app, self.store, link)
+        files = uploads.resolve_files(request.files, app, self.store, link)
+        return inputs, files
+
+    def check(self, app: App, request: RunRequest) -> None:
+        """The request's inputs and files, checked as `open` checks them (ApiError)."""
+        inputs, _ = self._resolve(app, request)
+        with start_errors():
+            app.workflow.prepare_inputs(inputs, request.query)
+
+    def open(self, app: App, request: RunRequest) -> WorkflowRun:
+        """Start the run (ApiError when it cannot start)."""
+        inputs, files = self._resolve(app, request)
+        with start_errors():
+            return app.workflow.run(
+                inputs,
+                query=request.query,
+                conversation_id=request.conversation_id,
+                user=request.user,
+                files=files,
+                store=self.store,
+                settings=self.settings,
+                clients=self.clients,
+                code_executor=self.code_executor,
+                limits=self.limits,
+                run_id=request.workflow_run_id,
+                task_id=request.task_id,
+            )
+
+
+@contextmanager
+def start_errors() -> Iterator[None]:
+    """Why a run could not start, as Dify's error."""
+    try:
+        yield
+    except LocalizedError as exc:
+        raise _api_error(exc) from None
+
+
+def _api_error(exc: LocalizedError) -> ApiError:
+    if isinstance(exc, InputError):
+        return invalid_param("serve.error.input", error=exc.render())
+    if isinstance(exc, RouteError):
+        return ApiError(400, "provider_not_initialize", "serve.error.provider", error=exc.render())
+    if isinstance(exc, EnvVarError):
+        return ApiError(400, "app_unavailable", "serve.error.app", error=exc.render())
+    if isinstance(exc, StoreError):
+        if exc.message_key == "errors.store.foreignConversation":
+            return not_found("serve.error.noConversation")
+        return ApiError(400, "conversation_busy", "serve.error.store", error=exc.render())
+    return invalid_param("serve.error.input", error=exc.render())
