@@ -512,3 +512,12 @@ def test_an_mcp_blob_over_the_cap_is_refused_before_it_is_decoded() -> None:
     assert server._blob(base64.b64encode(b"123456").decode(), "x/y").blob == b"123456"
     with pytest.raises(ToolError, match="limit of 6 bytes"):
         server._blob(base64.b64encode(b"1234567890").decode(), "x/y")
+
+
+def test_a_json_message_can_say_it_repeats_the_text() -> None:
+    from connectors.tool_messages import parse_wire_message
+
+    said = {"type": "json", "message": {"json_object": {"a": 1}, "suppress_output": True}}
+    assert parse_wire_message(said).suppress_output is True
+    plain = {"type": "json", "message": {"json_object": {"a": 1}}}
+    assert parse_wire_message(plain).suppress_output is False
