@@ -173,6 +173,29 @@ def test_an_empty_iteration_outputs_an_empty_list() -> None:
     assert not [e for e in events if isinstance(e, ev.ContainerNext)]
 
 
+def test_an_older_iteration_without_a_start_node_runs_from_its_first_node() -> None:
+    # Exports from before `iteration-start`: `start_node_id` names the first inner node.
+    doc = flow(
+        [
+            node(
+                "it",
+                "iteration",
+                iterator_selector=["conversation", "words"],
+                output_selector=["b", "output"],
+                start_node_id="a",
+            ),
+            {**template("a", "{{ w }}", "it", w=["it", "item"]), "isIterationStart": True},
+            template("b", "{{ w }}-{{ i }}", "it", w=["a", "output"], i=["it", "index"]),
+            end(out=["it", "output"]),
+        ],
+        [edge("start", "it"), edge("a", "b"), edge("it", "end")],
+        conversation={"words": ("array[string]", list(WORDS))},
+    )
+    assert final(list(load_workflow(doc).run({}))).outputs == {
+        "out": [f"{w}-{i}" for i, w in enumerate(WORDS)]
+    }
+
+
 def test_an_iteration_over_something_not_a_list_fails_clearly() -> None:
     doc = flow(
         [
