@@ -631,3 +631,25 @@ def test_nested_an_iteration_inside_a_loop_writes_the_loops_variable() -> None:
     assert {e.to_dict()["data"]["iteration_id"] for e in keeps} == {"it"}
     its = [e for e in events if isinstance(e, ev.ContainerCompleted) and e.node_id == "it"]
     assert [e.container.index for e in its if e.container] == [0, 1]
+
+
+def test_an_answer_in_a_round_waits_for_the_assigner_that_writes_what_it_shows() -> None:
+    # The answer follows the assigner (the shape of Dify's streaming fixtures)
+    # and shows the conversation variable it writes: each round streams its own
+    # value, never the one before (issue 10's rule, kept inside containers).
+    setter = add("put", "it", ["conversation", "said"], None, "over-write")
+    setter["data"]["items"][0].update({"input_type": "variable", "value": ["it", "item"]})
+    doc = flow(
+        [
+            *iteration("it", ["conversation", "words"], ["say", "answer"]),
+            setter,
+            node("say", "answer", "it", answer="[{{#conversation.said#}}]"),
+        ],
+        [edge("start", "it"), edge("itstart", "put"), edge("put", "say")],
+        conversation={"words": ("array[string]", list(WORDS)), "said": ("string", "none")},
+        mode="advanced-chat",
+    )
+    events = list(load_workflow(doc).run({}, query="go"))
+    assert isinstance(final(events), ev.WorkflowSucceeded)
+    text = "".join(e.text for e in events if isinstance(e, ev.TextChunk))
+    assert text == "".join(f"[{w}]" for w in WORDS)
