@@ -124,9 +124,8 @@ def test_the_answer_schema_allows_only_class_ids() -> None:
             {"classes": [{"id": "1", "name": "a"}, {"id": "1", "name": "b"}]},
             "dsl.classifier.duplicateClass",
         ),
-        ({"vision": {"enabled": True}}, "dsl.classifier.vision"),
     ],
-    ids=["no-classes", "duplicate-ids", "vision"],
+    ids=["no-classes", "duplicate-ids"],
 )
 def test_bad_classifier_data_is_refused_by_name(patch: dict, key: str) -> None:
     from pydantic import ValidationError
