@@ -653,3 +653,25 @@ def test_an_answer_in_a_round_waits_for_the_assigner_that_writes_what_it_shows()
     assert isinstance(final(events), ev.WorkflowSucceeded)
     text = "".join(e.text for e in events if isinstance(e, ev.TextChunk))
     assert text == "".join(f"[{w}]" for w in WORDS)
+
+
+def test_a_version_1_assigner_appends_to_a_loop_variable() -> None:
+    seen = {"label": "seen", "var_type": "array[string]", "value_type": "constant", "value": ""}
+    doc = flow(
+        [
+            *loop("lp", 3, [seen]),
+            template("word", "w{{ n | length }}", "lp", n=["lp", "seen"]),
+            node(
+                "keep",
+                "assigner",
+                "lp",
+                assigned_variable_selector=["lp", "seen"],
+                input_variable_selector=["word", "output"],
+                write_mode="append",
+            ),
+            end(seen=["lp", "seen"]),
+        ],
+        [edge("start", "lp"), edge("lpstart", "word"), edge("word", "keep"), edge("lp", "end")],
+    )
+    # Each round sees the list the round before left.
+    assert final(list(load_workflow(doc).run({}))).outputs == {"seen": ["w0", "w1", "w2"]}
