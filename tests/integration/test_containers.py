@@ -675,3 +675,28 @@ def test_a_version_1_assigner_appends_to_a_loop_variable() -> None:
     )
     # Each round sees the list the round before left.
     assert final(list(load_workflow(doc).run({}))).outputs == {"seen": ["w0", "w1", "w2"]}
+
+
+def test_a_node_in_a_round_retries_on_its_own_and_its_retry_names_the_round() -> None:
+    asked: list[str] = []
+
+    def reply(request: fake.RecordedRequest) -> fake.Scenario:
+        word = next(w for w in WORDS if w.encode() in request.body)
+        asked.append(word)
+        if word == "bee" and asked.count("bee") == 1:
+            return fake.http_error(503)  # transient: retried
+        return fake.tokens([word])
+
+    retry = {"retry_enabled": True, "max_retries": 2, "retry_interval": 10}
+    doc = words_flow(
+        [llm("ask", "it", "say {{#it.item#}}", retry_config=retry)],
+        [edge("itstart", "ask")],
+        ["ask", "text"],
+    )
+    with fake.FakeLLMServer(fake.routed(reply)) as server:
+        events = list(load_workflow(doc).run({}, settings=routes(server)))
+    assert final(events).outputs == {"out": list(WORDS)}
+    (retried,) = [e for e in events if isinstance(e, ev.NodeRetry)]
+    data = retried.to_dict()["data"]
+    assert (data["node_id"], data["iteration_id"], data["retry_index"]) == ("ask", "it", 1)
+    assert asked.count("bee") == 2 and asked.count("ant") == 1
