@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,8 +25,8 @@ from tests.postgres_support import (  # noqa: F401 - fixtures
     postgres_server,
     postgres_url,
 )
-from tests.redis_support import RedisServer, redis_server, worker
-from tests.serve_support import APPS, ROOT, Server, echo_model, serve
+from tests.redis_support import RedisServer, free_port, redis_server, worker
+from tests.serve_support import APPS, KEYS, ROOT, Server, echo_model, models_file, serve
 
 pytestmark = [
     pytest.mark.slow,
@@ -81,10 +82,14 @@ def database(postgres_server: str) -> Iterator[str]:  # noqa: F811 - the fixture
 
 
 class Cluster:
-    def __init__(self, broker: RedisServer, api_a: Server, api_b: Server) -> None:
+    def __init__(
+        self, broker: RedisServer, api_a: Server, api_b: Server, model: str, database: str
+    ) -> None:
         self.broker = broker
         self.a = api_a
         self.b = api_b
+        self.model = model
+        self.database = database
 
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.broker.url)
@@ -107,7 +112,7 @@ def cluster(
             serve(tmp / "a", model, database=database, extra=api, env=env) as api_a,
             serve(tmp / "b", model, database=database, extra=api, env=env) as api_b,
         ):
-            yield Cluster(broker, api_a, api_b)
+            yield Cluster(broker, api_a, api_b, model, database)
 
 
 # ---- runs on workers, read and stopped through any API process
@@ -255,6 +260,52 @@ def test_a_second_delivery_of_a_held_run_does_nothing(cluster: Cluster) -> None:
     while cluster.redis().llen("firstgate") and time.monotonic() < give_up:
         time.sleep(0.1)
     assert cluster.redis().llen("firstgate") == 0
+
+
+def test_gunicorn_serves_with_several_http_workers(cluster: Cluster, tmp_path: Path) -> None:
+    """The production entry point with `FIRSTGATE_BROKER`: two gunicorn workers, runs
+    executed by the Celery workers, a run read back through either."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "FIRSTGATE_APPS_DIR": str(APPS),
+        "FIRSTGATE_MODELS": str(models_file(tmp_path, cluster.model)),
+        "FIRSTGATE_DATABASE_URL": cluster.database,
+        "FIRSTGATE_BROKER": cluster.broker.url,
+        "FIRSTGATE_HTTP_WORKERS": "2",
+        "FIRSTGATE_BIND": f"127.0.0.1:{port}",
+        "FIRSTGATE_GRACE": "2",
+        **{f"FIRSTGATE_APP_KEY_{stem.upper()}": key for stem, key in KEYS.items()},
+    }
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    command = [str(gunicorn), "-c", "python:serve.gunicorn_conf", "serve.wsgi:application()"]
+    log = tmp_path / "gunicorn.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=sink, stderr=sink)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        give_up = time.monotonic() + 60
+        while log.read_text().count("Booting worker") < 2 or not _answers(url):
+            assert process.poll() is None and time.monotonic() < give_up, log.read_text()
+            time.sleep(0.1)
+        headers = {"Authorization": f"Bearer {KEYS['story']}"}
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+            replies = [http.post("/v1/workflows/run", json=blocking(f"g{i}")) for i in range(4)]
+            with http.stream("POST", "/v1/workflows/run", json=streaming("streamed")) as reply:
+                events = events_of(reply)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0, log.read_text()
+    outputs = [r.json()["data"]["outputs"]["text"] for r in replies]
+    assert outputs == [f"echo: g{i}" for i in range(4)]
+    assert events[-1]["data"]["outputs"]["text"] == "echo: streamed"
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/v1/meta", timeout=1).status_code < 500
+    except httpx.TransportError:
+        return False
 
 
 # ---- settings
