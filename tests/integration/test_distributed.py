@@ -414,6 +414,55 @@ def test_a_worker_killed_mid_run(
     print(f"killed worker: run ended {ended_after:.2f} s after the kill (lease 1 s)")
 
 
+def test_a_hung_worker_loses_its_run_and_adds_nothing_when_it_wakes(
+    tmp_path: Path,
+    model: str,
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    """SIGSTOP the worker holding a run (a process that hangs: its heartbeat stops
+    with it): another worker ends the run `failed` once the lease lapses. Woken up
+    (SIGCONT), the hung worker finds its hold gone and publishes nothing more."""
+    settings = ("--lease", "1", "--visibility-timeout", "4")
+    with redis_server(tmp_path / "redis") as broker:
+        client = redis.Redis.from_url(broker.url)
+        with (
+            worker(tmp_path, model, broker.url, postgres_url, name="w1", extra=settings) as w1,
+            worker(tmp_path, model, broker.url, postgres_url, name="w2", extra=settings) as w2,
+            serve(
+                tmp_path, model, database=postgres_url, extra=("--broker", broker.url, *settings)
+            ) as api,
+            api.key_client("story") as http,
+        ):
+            events = []
+            with http.stream("POST", "/v1/workflows/run", json=streaming("[slow] hang")) as reply:
+                hung = None
+                for _, event in frames(reply):
+                    if event == "ping":
+                        continue
+                    events.append(event)
+                    if event["event"] == "text_chunk" and hung is None:
+                        holder = _holder(client, event["task_id"])
+                        hung = w1 if holder in w1.output() else w2
+                        hung.process.send_signal(signal.SIGSTOP)
+            task_id = events[0]["task_id"]
+            length_at_end = client.xlen(f"firstgate:events:{task_id}")
+            hung.process.send_signal(signal.SIGCONT)
+            # Awake: its next publish or heartbeat is refused; give it time to try.
+            time.sleep(3.0)
+            length_later = client.xlen(f"firstgate:events:{task_id}")
+            record = http.get(f"/v1/workflows/run/{events[0]['workflow_run_id']}").json()
+            # The woken worker goes on working.
+            after = [http.post("/v1/workflows/run", json=blocking(f"after {i}")) for i in range(4)]
+            assert hung.process.poll() is None
+    finished = events[-1]
+    assert finished["event"] == "workflow_finished"
+    assert finished["data"]["status"] == "failed"
+    assert "stopped answering" in finished["data"]["error"]
+    assert record["status"] == "failed"
+    assert length_later == length_at_end == len(events) + 1
+    assert [a.json()["data"]["status"] for a in after] == ["succeeded"] * 4
+
+
 def test_redis_restarted_mid_run_loses_no_event(
     tmp_path: Path,
     model: str,
