@@ -105,10 +105,12 @@ def cluster(
     (tmp / "b").mkdir()
     env = {"FIRSTGATE_SSE_PING_S": "0.3"}
     with redis_server(tmp / "redis") as broker:
-        api = ("--broker", broker.url)
+        # Re-runs allowed: a second delivery of a held run must still not run it.
+        attempts = ("--max-attempts", "2")
+        api = ("--broker", broker.url, *attempts)
         with (
-            worker(tmp, model, broker.url, database, name="w1"),
-            worker(tmp, model, broker.url, database, name="w2"),
+            worker(tmp, model, broker.url, database, name="w1", extra=attempts),
+            worker(tmp, model, broker.url, database, name="w2", extra=attempts),
             serve(tmp / "a", model, database=database, extra=api, env=env) as api_a,
             serve(tmp / "b", model, database=database, extra=api, env=env) as api_b,
         ):
