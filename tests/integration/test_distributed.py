@@ -361,14 +361,21 @@ def test_a_worker_killed_mid_run(
             worker(tmp_path, model, broker.url, postgres_url, name="w1", extra=settings) as w1,
             worker(tmp_path, model, broker.url, postgres_url, name="w2", extra=settings) as w2,
             serve(
-                tmp_path, model, database=postgres_url, extra=("--broker", broker.url, *settings)
-            ) as api,  # noqa: E501
+                tmp_path,
+                model,
+                database=postgres_url,
+                extra=("--broker", broker.url, *settings),
+                env={"FIRSTGATE_SSE_PING_S": "0.5"},
+            ) as api,
             api.key_client("story") as http,
             http.stream("POST", "/v1/workflows/run", json=streaming("[medium] doomed")) as reply,
         ):
             events = []
             killed_at = None
             for _, event in frames(reply):
+                if killed_at is not None:
+                    # Ended within a few leases, not left hanging (pings keep coming).
+                    assert time.monotonic() - killed_at < 30, "the run did not end"
                 if event == "ping":
                     continue
                 events.append(event)
