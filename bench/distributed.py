@@ -30,6 +30,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -261,7 +262,9 @@ def _services(workdir: Path) -> Iterator[tuple[str, str]]:
         stack.callback(redis.stop)
         server = os.environ.get(ENV_URL)
         if not server:
-            pg_dir = workdir / "pg"
+            # A directory of its own: the server runs as another user.
+            pg_dir = tempfile.mkdtemp(prefix="firstgate-pg-")
+            stack.callback(shutil.rmtree, pg_dir, True)
             server = pg_cluster.start_cluster(pg_dir)
             stack.callback(pg_cluster.stop_cluster, pg_dir)
         database = stack.enter_context(fresh_database(server))
