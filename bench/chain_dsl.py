@@ -1,9 +1,16 @@
-"""A Dify-style export of a long chain, written the way the editor writes one:
-start -> N template-transform nodes, each reading the one before -> end.
+"""Dify-style exports for the benchmarks, written the way the editor writes them:
 
-Shared by the load-and-validate benchmark and its baseline (graphon); the
-nodes carry the editor's layout fields so that parsing costs what it costs
-on a real export.
+- a long chain: start -> N template-transform nodes, each reading the one
+  before -> end;
+- a fan: start -> N template-transform nodes side by side -> one end that
+  reads them all;
+- an iteration over N numbers (a conversation variable) whose round is one
+  template-transform node -> end.
+
+Every template is different (as in real workflows: a cache of compiled
+templates must hold them all). Shared by the load-and-validate and engine
+benchmarks and their graphon baselines; the nodes carry the editor's layout
+fields so that parsing costs what it costs on a real export.
 """
 
 from __future__ import annotations
@@ -126,6 +133,120 @@ def chain_document(length: int) -> dict[str, Any]:
             "graph": {"edges": edges, "nodes": nodes, "viewport": {"x": 0, "y": 0, "zoom": 1}},
         },
     }
+
+
+def _template(node_id: str, index: int, text: str, source: list[str]) -> dict[str, Any]:
+    return _node(
+        node_id,
+        index,
+        {
+            "template": text,
+            "title": f"Template {index}",
+            "type": "template-transform",
+            "variables": [{"value_selector": source, "variable": "arg1"}],
+        },
+    )
+
+
+def _start(node_id: str) -> dict[str, Any]:
+    variable = {
+        "label": "text",
+        "max_length": 256,
+        "options": [],
+        "required": True,
+        "type": "text-input",
+        "variable": "text",
+    }
+    return _node(node_id, 0, {"title": "Start", "type": "start", "variables": [variable]})
+
+
+def _app(
+    name: str, nodes: list[dict[str, Any]], edges: list[dict[str, Any]], **extra: Any
+) -> dict[str, Any]:
+    document = chain_document(0)
+    document["app"]["name"] = name
+    workflow = document["workflow"]
+    workflow["graph"]["nodes"] = nodes
+    workflow["graph"]["edges"] = edges
+    workflow.update(extra)
+    return document
+
+
+def fan_document(width: int) -> dict[str, Any]:
+    """start -> `width` template nodes side by side -> one end reading them all."""
+    start_id, end_id = "1700000000000", "1700000000001"
+    nodes, edges, outputs = [_start(start_id)], [], []
+    for index in range(1, width + 1):
+        node_id = f"17100000{index:08d}"
+        text = f"{{{{ arg1 }}}} (branch {index})."
+        nodes.append(_template(node_id, index, text, [start_id, "text"]))
+        edges.append(_edge(start_id, "start", node_id, "template-transform"))
+        edges.append(_edge(node_id, "template-transform", end_id, "end"))
+        outputs.append({"value_selector": [node_id, "output"], "variable": f"out{index}"})
+    nodes.append(_node(end_id, width + 1, {"outputs": outputs, "title": "End", "type": "end"}))
+    return _app(f"fan of {width}", nodes, edges)
+
+
+def iteration_document(rounds: int) -> dict[str, Any]:
+    """An iteration over `rounds` numbers (a conversation variable); each round
+    renders one template -> end."""
+    start_id, loop_id, end_id = "1700000000000", "1700000000002", "1700000000001"
+    inner_start, inner = f"{loop_id}start", "1720000000000001"
+    nodes = [
+        _start(start_id),
+        _node(
+            loop_id,
+            1,
+            {
+                "error_handle_mode": "terminated",
+                "is_parallel": False,
+                "iterator_input_type": "array[number]",
+                "iterator_selector": ["conversation", "items"],
+                "output_selector": [inner, "output"],
+                "output_type": "array[string]",
+                "parallel_nums": 10,
+                "start_node_id": inner_start,
+                "title": "Iteration",
+                "type": "iteration",
+            },
+        ),
+        {
+            **_node(
+                inner_start, 0, {"isInIteration": True, "title": "", "type": "iteration-start"}
+            ),
+            "parentId": loop_id,
+            "type": "custom-iteration-start",
+        },
+        {
+            **_template(inner, 1, "{{ arg1 }} (round).", [loop_id, "item"]),
+            "parentId": loop_id,
+        },
+        _node(
+            end_id,
+            2,
+            {
+                "outputs": [{"value_selector": [loop_id, "output"], "variable": "result"}],
+                "title": "End",
+                "type": "end",
+            },
+        ),
+    ]
+    nodes[3]["data"].update(isInIteration=True, iteration_id=loop_id)
+    edges = [
+        _edge(start_id, "start", loop_id, "iteration"),
+        _edge(inner_start, "iteration-start", inner, "template-transform"),
+        _edge(loop_id, "iteration", end_id, "end"),
+    ]
+    edges[1]["data"].update(isInIteration=True, iteration_id=loop_id)
+    items = {
+        "id": "c0ffee00-0000-4000-8000-000000000001",
+        "name": "items",
+        "selector": ["conversation", "items"],
+        "value": list(range(rounds)),
+        "value_type": "array[number]",
+        "description": "",
+    }
+    return _app(f"iteration of {rounds}", nodes, edges, conversation_variables=[items])
 
 
 def chain_yaml(length: int) -> str:

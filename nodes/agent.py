@@ -19,18 +19,21 @@ reaches this node's retry and error strategy like any model call's. The last
 round is offered no tools, so the model must answer. Every round, model
 thought and tool call is an `agent_log` event.
 
-Strategies of other providers run in a plugin, which Dify reaches through
-its plugin daemon and which calls back into Dify for models and tools;
-firstgate does not serve those callbacks, so such a node is refused by name
-when the workflow loads.
+Strategies of other providers run in a plugin (`nodes.agent_plugin`):
+dispatched to the plugin daemon the settings file names (`tools.plugin_daemon`);
+with none, the run is refused by name before it starts. Such a plugin calls
+back into Dify (through the daemon) for its model and tool calls, so those
+are not under firstgate's gate. Another strategy name under the official
+provider is refused when the workflow loads.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
+from nodes import agent_plugin
 from nodes.agent_strategies import Rounds, function_calling, react
 from nodes.agent_tools import ToolEntry, bind
 from nodes.base import Needs, NodeContext, NodeResult, NodeRunError
@@ -84,10 +87,16 @@ class Data(BaseNodeData):
             if v is not None
         }
 
+    # The tools as checked at load time, with the runtime settings that define
+    # `api` and `workflow` tools (the node runs with what was checked).
+    _tools: list[ToolEntry] | None = PrivateAttr(default=None)
+
     @model_validator(mode="after")
-    def _runs_here(self) -> Data:
+    def _runs_here(self, info: ValidationInfo) -> Data:
         provider = self.agent_strategy_provider_name
-        if provider not in BUILTIN_PROVIDERS or self.strategy is None:
+        if self.plugin:
+            return self  # the plugin checks its own parameters
+        if self.strategy is None:
             raise dsl_error(
                 "dsl.agent.strategy",
                 "the agent strategy {strategy} of {provider} is not built in (built in: "
@@ -98,7 +107,7 @@ class Data(BaseNodeData):
         model = self.model  # checked here: a missing model is a load-time problem
         if not model.name:
             raise dsl_error("dsl.agent.model", "the agent has no model")
-        _ = self.tools  # each entry is checked as it is read
+        self._tools = self._read_tools((info.context or {}).get("settings"))
         iterations = self.maximum_iterations
         if not 1 <= iterations <= MAX_ITERATIONS:
             raise dsl_error(
@@ -115,6 +124,11 @@ class Data(BaseNodeData):
             if item is not None and item.value is not None:
                 return item.value
         return None
+
+    @property
+    def plugin(self) -> bool:
+        """Whether a plugin runs this strategy (a provider other than the official one)."""
+        return self.agent_strategy_provider_name not in BUILTIN_PROVIDERS
 
     @property
     def strategy(self) -> str | None:
@@ -137,10 +151,17 @@ class Data(BaseNodeData):
 
     @property
     def tools(self) -> list[ToolEntry]:
+        if self._tools is None:
+            self._tools = self._read_tools(None)
+        return self._tools
+
+    def _read_tools(self, settings: Any) -> list[ToolEntry]:
+        """Each entry checked as it is read (a tool that cannot run here is refused)."""
         raw = self._value("tools") or []
         if not isinstance(raw, list):
             raise dsl_error("dsl.agent.tools", "the agent's tools must be a list")
-        return [ToolEntry.model_validate(entry) for entry in raw]
+        context = {"settings": settings}
+        return [ToolEntry.model_validate(entry, context=context) for entry in raw]
 
     @property
     def maximum_iterations(self) -> int:
@@ -170,6 +191,9 @@ def selectors(data: Data) -> list[Selector]:
 
 
 def needs(data: Data) -> Needs:
+    if data.plugin:
+        shown_name = f"{data.agent_strategy_name} ({data.agent_strategy_provider_name})"
+        return Needs(streams=frozenset({"text"}), plugin=shown_name)
     # Function calling streams each round's text (its output is all of it);
     # ReAct's replies are thoughts and actions: only the final answer is output.
     streams = frozenset({"text"}) if data.strategy == "function_calling" else frozenset()
@@ -180,26 +204,44 @@ def output_names(data: Data) -> set[str]:
     return {"text", "files", "json", "usage"}
 
 
+def history_of(data: Data, ctx: NodeContext) -> list[dict[str, Any]]:
+    """The conversation's earlier turns as messages, when the node's memory is on."""
+    memory = data.memory
+    if memory is not None and memory.enabled and ctx.variables.get(("sys", "conversation_id")):
+        return history_messages(ctx.history, memory)
+    return []
+
+
+def parameter_value(item: AgentInput, ctx: NodeContext) -> Any:
+    """One agent parameter's value: a variable's value, a rendered template, or as given."""
+    if item.type == "variable" and isinstance(item.value, list):
+        return ctx.variables.get(tuple(item.value))
+    return render_text(item.value, ctx.variables) if isinstance(item.value, str) else item.value
+
+
 def _text(data: Data, name: str, ctx: NodeContext) -> str:
     item = data.text_input(name)
     if item is None or item.value is None:
         return ""
-    if item.type == "variable" and isinstance(item.value, list):
-        return as_text(ctx.variables.get(tuple(item.value)))
-    value = item.value
-    return render_text(value, ctx.variables) if isinstance(value, str) else as_text(value)
+    value = parameter_value(item, ctx)
+    return value if isinstance(value, str) else as_text(value)
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
+    if data.plugin:
+        parameters = {
+            name: parameter_value(item, ctx) for name, item in data.agent_parameters.items()
+        }
+        strategy = agent_plugin.PluginStrategy(
+            data.agent_strategy_provider_name, data.agent_strategy_name
+        )
+        return agent_plugin.run(strategy, parameters, history_of(data, ctx), ctx)
     query = _text(data, "query", ctx)
     if not query.strip():
         raise NodeRunError("errors.agent.noQuery")
     instruction = _text(data, "instruction", ctx)
     context = _text(data, "context", ctx)
-    memory = data.memory
-    history: list[dict[str, Any]] = []
-    if memory is not None and memory.enabled and ctx.variables.get(("sys", "conversation_id")):
-        history = history_messages(ctx.history, memory)
+    history = history_of(data, ctx)
     rounds = Rounds(
         ctx=ctx,
         model=data.model,

@@ -14,6 +14,7 @@ from nodes.values import render_markdown
 TYPE = "answer"
 ROLE = Role.RESPONSE
 SUPPORTS_RETRY = False
+INLINE = True
 
 
 class Data(BaseNodeData):

@@ -1,4 +1,4 @@
-"""Variable assigner: writes conversation variables.
+"""Variable assigner: writes conversation variables and loop variables.
 
 Version 1 (`assigned_variable_selector`, `input_variable_selector`,
 `write_mode` over-write / append / clear) writes one variable; version 2
@@ -21,9 +21,11 @@ from pydantic import BeforeValidator, Field
 from nodes.base import Needs, NodeContext, NodeResult, NodeRunError, VariableReader
 from nodes.config import BaseNodeData, DslModel, OptionalSelector
 from nodes.selectors import Selector
+from nodes.value_types import empty_value, fits, fits_item, type_of
 
 TYPE = "assigner"
 SUPPORTS_RETRY = False
+INLINE = True
 
 Operation = Literal[
     "over-write",
@@ -136,54 +138,7 @@ def _declared_type(variables: VariableReader, selector: Selector, current: Any) 
     found = declared(selector) if callable(declared) else None
     if found:
         return str(found)
-    return _type_of(current)
-
-
-def _type_of(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array[any]"
-    return "string"
-
-
-def _fits(value_type: str, value: Any) -> bool:
-    def number(v: Any) -> bool:
-        return isinstance(v, int | float) and not isinstance(v, bool)
-
-    checks: dict[str, Callable[[Any], bool]] = {
-        "string": lambda v: isinstance(v, str),
-        "secret": lambda v: isinstance(v, str),
-        "number": number,
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "boolean": lambda v: isinstance(v, bool),
-        "object": lambda v: isinstance(v, dict),
-    }
-    if value_type in checks:
-        return checks[value_type](value)
-    if value_type.startswith("array"):
-        if not isinstance(value, list):
-            return False
-        return all(_fits_item(value_type, item) for item in value)
-    return True
-
-
-def _fits_item(array_type: str, item: Any) -> bool:
-    inner = array_type[len("array[") : -1] if array_type.startswith("array[") else "any"
-    return inner in ("any", "file") or _fits(inner, item)
-
-
-def empty_value(value_type: str) -> Any:
-    """What `clear` leaves: the empty value of the declared type."""
-    if value_type.startswith("array"):
-        return []
-    return {"string": "", "secret": "", "number": 0, "integer": 0, "boolean": False}.get(
-        value_type, {} if value_type == "object" else None
-    )
+    return type_of(current)
 
 
 def _bad_value(target: _Target, value: Any) -> NodeRunError:
@@ -204,7 +159,7 @@ def _apply(target: _Target, item: Item, current: Any, value: Any) -> Any:
     if op == "clear":
         return empty_value(kind)
     if op in ("over-write", "set"):
-        if not _fits(kind, value):
+        if not fits(kind, value):
             raise _bad_value(target, value)
         return value
     if op in _ARRAY_ONLY:
@@ -216,16 +171,16 @@ def _apply(target: _Target, item: Item, current: Any, value: Any) -> Any:
         if op == "remove-last":
             return items[:-1]
         if op == "append":
-            if not _fits_item(kind, value):
+            if not fits_item(kind, value):
                 raise _bad_value(target, value)
             return [*items, value]
-        if not isinstance(value, list) or not _fits(kind, value):
+        if not isinstance(value, list) or not fits(kind, value):
             raise _bad_value(target, value)
         return [*items, *value]
     # Arithmetic.
     if kind not in ("number", "integer"):
         raise unsupported
-    if not _fits("number", value):
+    if not fits("number", value):
         raise _bad_value(target, value)
     if op == "/=" and value == 0:
         raise NodeRunError("errors.assigner.divideByZero", variable=target.name)

@@ -36,7 +36,10 @@ class Role(StrEnum):
     RESPONSE = "response"  # streams a template to the caller while the run goes (answer, end)
     BRANCH = "branch"  # chooses which of its outgoing edges run (if-else)
     PLAIN = "plain"  # everything else: runs, then takes its success edges
-    CONTAINER = "container"  # runs a graph of its own (iteration, loop: not yet)
+    CONTAINER = "container"  # runs a graph of its own, round by round (iteration, loop)
+    # Where a container's round starts (iteration-start, loop-start): runs no
+    # code and reports no events; the round's first nodes follow it.
+    ROUND_START = "round-start"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,9 @@ class Needs:
     # It runs code through `ctx.code_executor` (the runtime starts the executor
     # with the run, ahead of the node).
     code_executor: bool = False
+    # What it hands to a plugin through the plugin daemon (named in messages): the
+    # runtime refuses the run before it starts when the settings name no daemon.
+    plugin: str = ""
 
 
 NO_NEEDS = Needs()
@@ -116,6 +122,13 @@ class NodeRunError(LocalizedError):
     """A node failed for a reason of its own (not the transport's)."""
 
 
+class NeedsWorker(Exception):  # noqa: N818 - a request, not an error
+    """Raised by a node run on the dispatcher (`ctx.on_dispatcher`) when this
+    run turns out to need more than a moment (a template for the sandbox, a
+    render past the dispatcher's budget): the engine runs it again on a worker.
+    Raised before the node has any effect, so running it again is safe."""
+
+
 @dataclass(slots=True)
 class NodeContext:
     """Everything one node attempt may use."""
@@ -140,6 +153,9 @@ class NodeContext:
     connectors: Connectors | None = None
     # The conversation's earlier turns, oldest first (chatflows only).
     history: Sequence[ChatTurn] = ()
+    # Runs on the engine's dispatcher, not a worker: it must not block (raise
+    # `NeedsWorker` to be run on a worker instead).
+    on_dispatcher: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,5 +180,90 @@ class NodeResult:
     # Tokens a model call used (`prompt_tokens`, `completion_tokens`, `total_tokens`).
     usage: Mapping[str, Any] | None = None
     # Variables outside the node's outputs to set, applied when it succeeds
-    # (an assigner's conversation variables).
+    # (an assigner's conversation and loop variables).
     updates: Mapping[Selector, Any] = field(default_factory=dict)
+    # Ends the enclosing loop after this round (loop-end).
+    breaks: bool = False
+
+
+# ---- containers (iteration, loop): what they tell the engine, round by round
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """A round a container asks the engine to run: its index, and the values its
+    nodes read under the container's id (an iteration's `item` and `index`)."""
+
+    index: int
+    values: Mapping[str, Any] = field(default_factory=dict)
+    # What the round's `*_next` event reports: the previous round's output.
+    previous_output: Any = None
+    # Whether a `*_next` event announces it (Dify announces every round of an
+    # iteration, and a loop's rounds after the first).
+    announced: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RoundDone:
+    """A finished round: its variables (its nodes' outputs, the container's
+    values, everything outside), the error that failed it, whether a node in it
+    ended the loop (`NodeResult.breaks`), and how long it took."""
+
+    index: int
+    variables: VariableReader
+    error: BaseException | None = None
+    broke: bool = False
+    elapsed: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rounds:
+    """A container's decision: rounds to start now; `stop` cancels the rounds
+    still running (the container then ends, with `result()`)."""
+
+    start: Sequence[Round] = ()
+    stop: bool = False
+
+
+class ContainerRun(Protocol):
+    """One execution of a container node, driven by the engine on its dispatcher.
+
+    The engine calls `first` once, `after` when each round ends, and `result`
+    when no round runs and none was asked for (it raises for a failed
+    container). `variables` are values under the container's id for all its
+    rounds (a loop's variables, which its nodes may write; `variable_types`
+    says their declared types)."""
+
+    inputs: Mapping[str, Any]  # the `*_started` event's inputs
+    metadata: Mapping[str, Any]  # the `*_started` event's metadata
+    variables: Mapping[str, Any]
+    variable_types: Mapping[str, str]
+    # The `*_completed` event's execution metadata so far (durations by round, ...).
+    details: Mapping[str, Any]
+
+    def first(self, variables: VariableReader) -> Rounds: ...
+
+    def after(self, done: RoundDone) -> Rounds: ...
+
+    def result(self) -> NodeResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """What a container node module declares (`CONTAINER = ContainerSpec(...)`)."""
+
+    # Dify's name for its events (`iteration_started`, `loop_next`, ...) and for
+    # the `<kind>_id` / `<kind>_index` fields of the events of its nodes.
+    kind: str
+    # Starts one execution (reads its inputs; raises NodeRunError when they are wrong).
+    start: Callable[[Any, NodeContext], ContainerRun]
+    # The id of the node its rounds start at (Dify's `start_node_id`).
+    round_root: Callable[[Any], str]
+    # Names its rounds' nodes read under the container's id (`item`, `index`,
+    # loop variables); the names the rest of the graph reads are `output_names`.
+    inner_names: Callable[[Any], set[str]]
+    # Of those, the ones its nodes may write (loop variables).
+    writable: Callable[[Any], set[str]]
+    # Selectors the container reads at the end of each round (an iteration's
+    # output selector, a loop's break conditions).
+    round_selectors: Callable[[Any], list[Selector]]

@@ -1,7 +1,9 @@
 """A cancellation token shared by one workflow run and every node attempt in it.
 
 The engine cancels it on abort, failure or a limit; an LLM node attaches its
-gate so the in-flight socket is shut down at once instead of timing out.
+gate so the in-flight socket is shut down at once instead of timing out. A
+container's rounds run under a `child()` token: cancelled with the run, or on
+its own when the container stops its rounds early.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class CancelToken:
         self._reason: str | None = None
         self._callbacks: dict[int, Callable[[str], None]] = {}
         self._next_id = 0
+        self._detach: Callable[[], None] | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -38,6 +41,31 @@ class CancelToken:
         for callback in callbacks:
             callback(reason)
         return True
+
+    def child(self) -> CancelToken:
+        """A token cancelled when this one is (at once, in the cancelling thread),
+        and which can be cancelled on its own. `release()` it when done."""
+        child = CancelToken()
+        with self._lock:
+            key = self._next_id
+            self._next_id += 1
+            self._callbacks[key] = child.cancel
+            already = self._reason if self._event.is_set() else None
+
+        def detach() -> None:
+            with self._lock:
+                self._callbacks.pop(key, None)
+
+        child._detach = detach
+        if already is not None:
+            child.cancel(already)
+        return child
+
+    def release(self) -> None:
+        """Stop following the parent token (a child whose work is done)."""
+        if self._detach is not None:
+            self._detach()
+            self._detach = None
 
     def sleep(self, seconds: float) -> bool:
         """Sleep up to `seconds`; returns True if cancelled meanwhile (wakes at once)."""

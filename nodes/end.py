@@ -14,6 +14,7 @@ from nodes.selectors import Segment, Selector, TextSegment, VariableSegment
 TYPE = "end"
 ROLE = Role.RESPONSE
 SUPPORTS_RETRY = False
+INLINE = True
 
 
 class OutputVariable(DslModel):

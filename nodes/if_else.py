@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from nodes.base import NodeContext, NodeResult, Role
+from nodes.base import NodeContext, NodeResult, Role, VariableReader
 from nodes.comparison import UNARY, Operator, compare, normalize_operator
 from nodes.config import BaseNodeData, DslModel, SelectorField
 from nodes.selectors import Selector, template_selectors
@@ -16,6 +16,7 @@ from nodes.values import render_text
 TYPE = "if-else"
 ROLE = Role.BRANCH
 SUPPORTS_RETRY = False
+INLINE = True
 ELSE_HANDLE = "false"
 
 
@@ -56,33 +57,44 @@ def handles(data: Data) -> set[str]:
 
 
 def selectors(data: Data) -> list[Selector]:
-    found: list[Selector] = []
-    for case in data.cases:
-        for condition in case.conditions:
-            found.append(condition.variable_selector)
-            if isinstance(condition.value, str):
-                found.extend(template_selectors(condition.value))
-    return found
+    return [s for case in data.cases for s in condition_selectors(case.conditions)]
 
 
 def output_names(data: Data) -> set[str]:
     return {"result", "selected_case_id"}
 
 
-def _holds(condition: Condition, ctx: NodeContext) -> bool:
-    actual = ctx.variables.get(condition.variable_selector)
+def condition_selectors(conditions: list[Condition]) -> list[Selector]:
+    """What the conditions read: their variables, and variables in their values."""
+    found: list[Selector] = []
+    for condition in conditions:
+        found.append(condition.variable_selector)
+        if isinstance(condition.value, str):
+            found.extend(template_selectors(condition.value))
+    return found
+
+
+def _holds(condition: Condition, variables: VariableReader) -> bool:
+    actual = variables.get(condition.variable_selector)
     expected = condition.value
     if condition.comparison_operator not in UNARY and isinstance(expected, str):
         # A comparison value may itself reference variables.
-        expected = render_text(expected, ctx.variables)
+        expected = render_text(expected, variables)
     return compare(condition.comparison_operator, actual, expected)
 
 
-def evaluate(case: Case, ctx: NodeContext) -> bool:
-    results = (_holds(c, ctx) for c in case.conditions)
-    if not case.conditions:
+def conditions_hold(
+    conditions: list[Condition], logical_operator: str, variables: VariableReader
+) -> bool:
+    """Dify's conditions (if-else cases, a loop's break conditions); none: False."""
+    if not conditions:
         return False
-    return all(results) if case.logical_operator == "and" else any(results)
+    results = (_holds(c, variables) for c in conditions)
+    return all(results) if logical_operator == "and" else any(results)
+
+
+def evaluate(case: Case, ctx: NodeContext) -> bool:
+    return conditions_hold(case.conditions, case.logical_operator, ctx.variables)
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:

@@ -21,7 +21,10 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain, islice
@@ -32,7 +35,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 
-from nodes.base import NodeRunError
+from nodes.base import NeedsWorker, NodeRunError
 from nodes.config import dsl_error, shown
 from nodes.jinja_triage import inline_reason
 from nodes.rendering import MAX_RENDERED_CHARS, TextBuilder, too_long
@@ -47,6 +50,9 @@ if TYPE_CHECKING:
 MAX_OUTPUT_CHARS = MAX_RENDERED_CHARS
 # CPU time an inline render may take before it moves to the sandbox.
 INLINE_CPU_S = 0.05
+# On the engine's dispatcher a render may take far less (every event of the
+# run waits for it); past this it moves to a worker (`NeedsWorker`).
+DISPATCHER_CPU_S = 0.002
 _CHECK_EVERY = 256
 OPTIONS: dict[str, Any] = {"autoescape": False, "keep_trailing_newline": True}
 
@@ -122,15 +128,100 @@ class Compiled:
     isolate_because: str | None
 
 
-@lru_cache(maxsize=512)
+class _TemplateCache:
+    """Compiled templates, least recently used out first. Compiling costs far
+    more than rendering and a workflow renders the same templates on every run,
+    so the cache is sized by the workflows: `BASE` entries plus what each loaded
+    workflow reserved (its distinct templates, counted when it was loaded, given
+    back when it is gone), never a constant that a large workflow, or several
+    taking turns, would thrash. Compiled templates are safe to share across threads."""
+
+    BASE = 512
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, Compiled] = OrderedDict()
+        self._reserved = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.BASE + self._reserved
+
+    def get(self, source: str) -> Compiled:
+        with self._lock:
+            found = self._entries.get(source)
+            if found is not None:
+                self._entries.move_to_end(source)
+                return found
+        compiled = _compile(source)  # outside the lock: another thread may compile it too
+        with self._lock:
+            self._entries[source] = compiled
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        return compiled
+
+    def reserve(self, count: int) -> _Reservation:
+        with self._lock:
+            self._reserved += count
+        return _Reservation(self, count)
+
+    def _release(self, count: int) -> None:
+        with self._lock:
+            self._reserved -= count
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+class _Reservation:
+    def __init__(self, cache: _TemplateCache, count: int) -> None:
+        self._cache: _TemplateCache | None = cache
+        self._count = count
+
+    def release(self) -> None:
+        if self._cache is not None:
+            self._cache._release(self._count)
+            self._cache = None
+
+
+_COMPILED = _TemplateCache()
+
+
 def compile_template(source: str) -> Compiled:
-    # Compiling costs far more than rendering; a workflow renders the same
-    # templates on every run. Compiled templates are safe to share across threads.
+    return _COMPILED.get(source)
+
+
+def reserve_templates(count: int) -> _Reservation:
+    """Room in the compiled-template cache for a loaded workflow's `count`
+    templates; `release()` it when the workflow is gone."""
+    return _COMPILED.reserve(count)
+
+
+def _compile(source: str) -> Compiled:
     try:
         reason = inline_reason(_ENV.parse(source))
         return Compiled(_ENV.from_string(source) if reason is None else None, reason)
     except TemplateError as exc:
         raise NodeRunError("dsl.node.templateError", detail=str(exc)) from exc
+
+
+# While a workflow loads, the templates its nodes check (one set per load).
+_counting: ContextVar[set[str] | None] = ContextVar("firstgate_templates", default=None)
+
+
+@contextmanager
+def counting_templates() -> Iterator[set[str]]:
+    """Collect the distinct templates validated inside the block."""
+    found: set[str] = set()
+    token = _counting.set(found)
+    try:
+        yield found
+    finally:
+        _counting.reset(token)
 
 
 # Constructs that load other templates: user templates have no loader (and may not
@@ -203,6 +294,9 @@ def _constant(node: nodes.Node) -> object:
 
 def checked_template(source: str) -> str:
     """A pydantic validator: the template, or its problem (located by the field)."""
+    counted = _counting.get()
+    if counted is not None:
+        counted.add(source)
     problem = template_problem(source)
     if problem is not None:
         raise problem
@@ -218,18 +312,24 @@ def render_jinja(
     *,
     executor: CodeExecutor | None = None,
     cancel: Cancellable | None = None,
+    on_dispatcher: bool = False,
 ) -> str:
+    """Render inline or in the sandbox (see the module's docstring). `on_dispatcher`:
+    the caller may not wait; anything but a quick inline render raises `NeedsWorker`."""
     compiled = compile_template(template)
     if compiled.template is not None:
         try:
-            return _render_inline(compiled.template, variables)
+            budget = DISPATCHER_CPU_S if on_dispatcher else INLINE_CPU_S
+            return _render_inline(compiled.template, variables, budget)
         except _OverBudget:
             pass  # too much work for this process: the sandbox does it, with its limits
+    if on_dispatcher:
+        raise NeedsWorker()
     return _render_isolated(template, variables, executor, cancel)
 
 
-def _render_inline(template: Template, variables: Mapping[str, Any]) -> str:
-    _current.budget = _Budget(INLINE_CPU_S)
+def _render_inline(template: Template, variables: Mapping[str, Any], seconds: float) -> str:
+    _current.budget = _Budget(seconds)
     text = TextBuilder()
     try:
         for piece in template.generate(**variables):  # checked while produced

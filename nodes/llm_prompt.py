@@ -222,6 +222,23 @@ def build_messages(
     return kept
 
 
+def attach_vision(
+    messages: list[dict[str, Any]], vision: VisionConfig, variables: VariableReader
+) -> None:
+    """With vision on, the image files its selector names (`sys.files` by
+    default) go with the last user message (the classifier and the extractor
+    use this as the LLM node does)."""
+    if vision.enabled:
+        _attach_images(
+            messages, _images(variables.get(vision.files_selector)), vision.configs.detail
+        )
+
+
+def vision_selectors(vision: VisionConfig) -> list[Selector]:
+    selector = vision.configs.variable_selector
+    return [selector] if vision.enabled and selector else []
+
+
 def _images(value: Any) -> list[File]:
     found = value if isinstance(value, list) else [value]
     return [f for f in found if isinstance(f, File) and f.type is FileType.IMAGE]

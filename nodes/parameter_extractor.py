@@ -6,8 +6,9 @@ string / number / boolean (or `bool`) / select / array[string] /
 array[number] / array[object] / array[boolean], `description`, `required`,
 `options`), `instruction` (a template), `reasoning_mode` (`function_call`,
 the default, or `prompt`), `model`, `memory` (in a conversation: the earlier
-turns go into the system prompt), `vision`; and firstgate's
-`invocation` (the gate's budgets). Outputs: one per parameter, plus
+turns go into the system prompt), `vision` (image files go with the last
+user message, as on the LLM node); and firstgate's `invocation` (the gate's
+budgets). Outputs: one per parameter, plus
 `__is_success` (1 or 0), `__reason` (None, or why not) and `__usage`.
 
 `function_call`: the request carries one OpenAI tool, `extract_parameters`,
@@ -38,7 +39,13 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from nodes.base import Needs, NodeContext, NodeResult
 from nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error, shown
 from nodes.json_answer import read_json_object
-from nodes.llm_prompt import MemoryConfig
+from nodes.llm_prompt import (
+    MemoryConfig,
+    VisionConfig,
+    attach_vision,
+    shown_prompt,
+    vision_selectors,
+)
 from nodes.model_call import (
     Invocation,
     ModelConfig,
@@ -108,10 +115,6 @@ class ParameterConfig(DslModel):
         return Parameter(self.name, self.type, self.description, self.required, tuple(self.options))
 
 
-class VisionSettings(DslModel):
-    enabled: bool = False
-
-
 class Data(BaseNodeData):
     model: ModelConfig
     query: SelectorField
@@ -119,7 +122,7 @@ class Data(BaseNodeData):
     instruction: str = ""
     reasoning_mode: Literal["function_call", "prompt"] = "function_call"
     memory: MemoryConfig | None = None
-    vision: VisionSettings = Field(default_factory=VisionSettings)
+    vision: VisionConfig = Field(default_factory=VisionConfig)
     invocation: Invocation = Field(default_factory=Invocation)
 
     @model_validator(mode="before")
@@ -141,11 +144,6 @@ class Data(BaseNodeData):
                 "parameter names must be unique, got {names}",
                 names=shown(names),
             )
-        if self.vision.enabled:
-            raise dsl_error(
-                "dsl.classifier.vision",
-                "vision (image input) is not supported in this node yet; turn it off",
-            )
         return self
 
     def typed(self) -> list[Parameter]:
@@ -153,7 +151,7 @@ class Data(BaseNodeData):
 
 
 def selectors(data: Data) -> list[Selector]:
-    return [data.query, *template_selectors(data.instruction)]
+    return [data.query, *template_selectors(data.instruction), *vision_selectors(data.vision)]
 
 
 def needs(data: Data) -> Needs:
@@ -288,6 +286,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     query = as_text(ctx.variables.get(data.query))
     instruction = render_text(data.instruction, ctx.variables)
     messages = build_messages(data, query, instruction, memory_text(data.memory, ctx))
+    attach_vision(messages, data.vision, ctx.variables)
     request = build_request(data, messages)
     reply = call_model(ctx, data.model.provider, request, stream_text=False)
     values, reason = outcome(data.typed(), answer_of(reply))
@@ -306,7 +305,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             "model_provider": data.model.provider,
             "model_name": data.model.name,
             "reasoning_mode": "function_call" if function else "prompt",
-            "prompts": messages,
+            "prompts": shown_prompt(messages),
             "function": {} if function is None else {"name": function.name},
             "tool_call": (
                 None

@@ -5,8 +5,9 @@ is the class id).
 Fields (Dify's): `query_variable_selector`, `classes` (`id`, `name`, an
 optional `label`; names may hold `{{#node.var#}}`), `instruction` (a
 template), `model`, `memory` (in a conversation: the earlier turns go into the
-system prompt), `vision`; and firstgate's `invocation` (the
-gate's budgets, as on the LLM node). Outputs: `class_name`, `class_id`,
+system prompt), `vision` (image files go with the last user message, as on
+the LLM node); and firstgate's `invocation` (the gate's budgets, as on the LLM
+node). Outputs: `class_name`, `class_id`,
 `class_label` (the class's label, or `CLASS n`), `usage`.
 
 The call goes through the invoke path as one non-streamed request for a JSON
@@ -31,7 +32,13 @@ from pydantic import Field, model_validator
 from nodes.base import Needs, NodeContext, NodeResult, NodeRunError, Role
 from nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error, shown
 from nodes.json_answer import read_json_object
-from nodes.llm_prompt import MemoryConfig
+from nodes.llm_prompt import (
+    MemoryConfig,
+    VisionConfig,
+    attach_vision,
+    shown_prompt,
+    vision_selectors,
+)
 from nodes.model_call import (
     Invocation,
     ModelConfig,
@@ -58,17 +65,13 @@ class ClassConfig(DslModel):
     label: str = ""
 
 
-class VisionSettings(DslModel):
-    enabled: bool = False
-
-
 class Data(BaseNodeData):
     query_variable_selector: SelectorField
     model: ModelConfig
     classes: list[ClassConfig] = Field(min_length=1)
     instruction: str = ""
     memory: MemoryConfig | None = None
-    vision: VisionSettings = Field(default_factory=VisionSettings)
+    vision: VisionConfig = Field(default_factory=VisionConfig)
     invocation: Invocation = Field(default_factory=Invocation)
 
     @model_validator(mode="before")
@@ -85,11 +88,6 @@ class Data(BaseNodeData):
                 "class ids must be unique, got {ids}",
                 ids=shown(ids),
             )
-        if self.vision.enabled:
-            raise dsl_error(
-                "dsl.classifier.vision",
-                "vision (image input) is not supported in this node yet; turn it off",
-            )
         return self
 
 
@@ -98,7 +96,7 @@ def selectors(data: Data) -> list[Selector]:
     found.extend(template_selectors(data.instruction))
     for item in data.classes:
         found.extend(template_selectors(item.name))
-    return found
+    return [*found, *vision_selectors(data.vision)]
 
 
 def needs(data: Data) -> Needs:
@@ -211,6 +209,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     ]
     history = memory_text(data.memory, ctx)
     messages = build_messages(data, query, categories, instruction, history)
+    attach_vision(messages, data.vision, ctx.variables)
     parameters, stop = data.model.parameters()
     request = ModelRequest(
         data.model.name,
@@ -238,7 +237,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             "model_mode": data.model.mode,
             "model_provider": data.model.provider,
             "model_name": data.model.name,
-            "prompts": messages,
+            "prompts": shown_prompt(messages),
             "usage": usage,
             "finish_reason": reply.finish_reason,
             "answer": reply.text,

@@ -5,7 +5,9 @@ A node module declares what it is: `TYPE` (and older names in `ALIASES`),
 `ROLE` (`nodes.base.Role`, PLAIN when absent), `Data`, `run`, `selectors`,
 `output_names`, `SUPPORTS_RETRY`; optionally `handles` (the edge handles a
 branch may take), `needs` (model providers, streamed outputs, variables it
-writes) and, for response nodes, `template` (what it streams).
+writes), `INLINE` (it only computes, in a moment: the engine runs it on its
+dispatcher, with no thread hand-off), for response nodes `template` (what it
+streams) and for containers `CONTAINER` (a `ContainerSpec`: how its rounds go).
 """
 
 from __future__ import annotations
@@ -24,16 +26,29 @@ from nodes import (
     end,
     http_request,
     if_else,
+    iteration,
     knowledge_retrieval,
+    list_operator,
     llm,
+    loop,
+    loop_end,
     parameter_extractor,
     question_classifier,
+    round_start,
     start,
     template_transform,
     tool,
     variable_aggregator,
 )
-from nodes.base import NO_NEEDS, SUCCESS_HANDLE, Needs, NodeContext, NodeResult, Role
+from nodes.base import (
+    NO_NEEDS,
+    SUCCESS_HANDLE,
+    ContainerSpec,
+    Needs,
+    NodeContext,
+    NodeResult,
+    Role,
+)
 from nodes.config import BaseNodeData
 from nodes.selectors import Segment, Selector
 
@@ -54,6 +69,10 @@ class NodeSpec:
     template: Callable[[BaseNodeData], list[Segment]] | None = None
     # A branch node's handles under the default-value strategy (None: the success edges).
     default_handles: Callable[[BaseNodeData, dict[str, Any]], frozenset[str]] | None = None
+    # Runs on the dispatcher (pure computation, no waiting): no thread hand-off.
+    inline: bool = False
+    # Containers: how their rounds go.
+    container: ContainerSpec | None = None
 
 
 def _no_needs(data: BaseNodeData) -> Needs:
@@ -69,6 +88,9 @@ def _spec(module: ModuleType, type_name: str) -> NodeSpec:
     template = getattr(module, "template", None)
     if role is Role.RESPONSE and template is None:
         raise TypeError(f"response node module {module.__name__} declares no template")
+    container = getattr(module, "CONTAINER", None)
+    if (role is Role.CONTAINER) != (container is not None):
+        raise TypeError(f"node module {module.__name__}: a container declares CONTAINER")
     return NodeSpec(
         type=type_name,
         role=role,
@@ -81,6 +103,8 @@ def _spec(module: ModuleType, type_name: str) -> NodeSpec:
         needs=getattr(module, "needs", _no_needs),
         template=template,
         default_handles=getattr(module, "default_handles", None),
+        inline=getattr(module, "INLINE", False),
+        container=container,
     )
 
 
@@ -101,6 +125,11 @@ MODULES: tuple[ModuleType, ...] = (
     knowledge_retrieval,
     tool,
     document_extractor,
+    list_operator,
+    iteration,
+    loop,
+    round_start,
+    loop_end,
 )
 
 NODE_TYPES: dict[str, NodeSpec] = {
@@ -113,9 +142,6 @@ NODE_TYPES: dict[str, NodeSpec] = {
 # with one message per such node, naming the type and the node.
 KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
     {
-        "list-operator",
-        "iteration",
-        "loop",
         "human-input",
         "datasource",
         "knowledge-index",
@@ -124,7 +150,3 @@ KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
         "trigger-plugin",
     }
 )
-
-# Parts of a container node (iteration, loop) that exist only inside it: the
-# container is refused (or run) as a whole, its parts are not reported.
-CONTAINER_PARTS: frozenset[str] = frozenset({"iteration-start", "loop-start", "loop-end"})

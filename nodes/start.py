@@ -20,6 +20,7 @@ from nodes.selectors import Selector
 TYPE = "start"
 ROLE = Role.ROOT
 SUPPORTS_RETRY = False
+INLINE = True
 
 InputType = Literal[
     "text-input", "paragraph", "select", "number", "checkbox", "json_object", "file", "file-list"

@@ -11,6 +11,7 @@ from nodes.selectors import Selector
 
 TYPE = "template-transform"
 SUPPORTS_RETRY = False
+INLINE = True  # a template for the sandbox moves to a worker (NeedsWorker)
 
 
 class TemplateVariable(DslModel):
@@ -33,5 +34,11 @@ def output_names(data: Data) -> set[str]:
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     values = {v.variable: ctx.variables.get(v.value_selector) for v in data.variables}
-    text = render_jinja(data.template, values, executor=ctx.code_executor, cancel=ctx.cancel)
+    text = render_jinja(
+        data.template,
+        values,
+        executor=ctx.code_executor,
+        cancel=ctx.cancel,
+        on_dispatcher=ctx.on_dispatcher,
+    )
     return NodeResult(outputs={"output": text})

@@ -126,36 +126,47 @@ class PluginProvider:
         return cls(provider_id, client, credentials)
 
     def invoke(self, call: ToolCall) -> Iterator[ToolMessage]:
-        tool, timeout_s = call.tool, call.timeout_s
         stream = self.client.invoke(
             self.provider_id,
-            tool,
+            call.tool,
             call.arguments,
             credentials=self.credentials,
-            timeout_s=timeout_s,
+            timeout_s=call.timeout_s,
             cancel=call.cancel,
             secrets=tuple(self.credentials.values()),
         )
-        try:
-            with contextlib.closing(stream):
-                for raw in stream:
-                    yield parse_wire_message(raw)
-        except StreamTotalTimeoutError:
-            raise ToolTimeoutError(seconds=f"{timeout_s:g}") from None
-        except StreamCancelledError:
-            raise ToolCancelledError() from None
-        except ConnectError as exc:
-            raise ToolError(
-                "errors.tool.daemonUnreachable",
-                url=self.client.base_url,
-                detail=exc.params.get("detail", ""),
-            ) from None
-        except FirstGateError as exc:
-            # The transport's own messages speak of model servers; a tool's do not.
-            detail = exc.params.get("detail") or exc.params.get("excerpt") or str(exc)
-            raise ToolError(
-                "errors.tool.pluginFailed", tool=tool, provider=self.provider_id, detail=detail
-            ) from None
+        return daemon_messages(stream, self.client, call.tool, self.provider_id, call.timeout_s)
+
+
+def daemon_messages(
+    stream: Iterator[dict[str, Any]],
+    client: PluginToolClient,
+    name: str,
+    provider_id: str,
+    timeout_s: float,
+    failed_key: str = "errors.tool.pluginFailed",
+) -> Iterator[ToolMessage]:
+    """A daemon dispatch's wire messages as tool messages; its failures as the
+    tool errors a node reports (`name`: the tool or strategy that was called;
+    `failed_key`: the message of a failure the plugin reports)."""
+    try:
+        with contextlib.closing(stream):
+            for raw in stream:
+                yield parse_wire_message(raw)
+    except StreamTotalTimeoutError:
+        raise ToolTimeoutError(seconds=f"{timeout_s:g}") from None
+    except StreamCancelledError:
+        raise ToolCancelledError() from None
+    except ConnectError as exc:
+        raise ToolError(
+            "errors.tool.daemonUnreachable",
+            url=client.base_url,
+            detail=exc.params.get("detail", ""),
+        ) from None
+    except FirstGateError as exc:
+        # The transport's own messages speak of model servers; a tool's do not.
+        detail = exc.params.get("detail") or exc.params.get("excerpt") or str(exc)
+        raise ToolError(failed_key, tool=name, provider=provider_id, detail=detail) from None
 
 
 class ApiToolProvider:
@@ -190,7 +201,7 @@ class WorkflowToolProvider:
             for file in (value if isinstance(value, list) else [value])
         ]
         messages.append(text(json.dumps(jsonable(rest), ensure_ascii=False)))
-        messages.append(json_message(jsonable(rest)))
+        messages.append(json_message(jsonable(rest), suppress_output=True))
         return messages
 
 

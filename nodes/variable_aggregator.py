@@ -1,5 +1,7 @@
 """Variable-aggregator node: the first of its variables that has a value,
-typically joining the branches of an if-else where only one ran."""
+typically joining the branches of an if-else where only one ran. In group mode
+(`advanced_settings.group_enabled`) each group does the same and outputs
+`{group_name: {"output": value}}`."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ TYPE = "variable-aggregator"
 # Dify's first name for this node; older exports still say it.
 ALIASES = ("variable-assigner",)
 SUPPORTS_RETRY = False
+INLINE = True
 
 
 class Group(DslModel):
@@ -52,21 +55,31 @@ def output_names(data: Data) -> set[str]:
     return {"output"}
 
 
-def _first_set(variables: VariableReader, candidates: list[Selector]) -> Any:
+def _first_set(
+    variables: VariableReader, candidates: list[Selector]
+) -> tuple[Selector, Any] | None:
     for selector in candidates:
         value = variables.get(selector)
         if value is not None:
-            return value
+            return selector, value
     return None
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
+    # Dify's outputs: only what was found (a group with no value is left out),
+    # and as inputs each value found, by its selector without the node id.
+    outputs: dict[str, Any] = {}
+    inputs: dict[str, Any] = {}
     if _grouped(data):
         assert data.advanced_settings is not None
-        return NodeResult(
-            outputs={
-                g.group_name: {"output": _first_set(ctx.variables, g.variables)}
-                for g in data.advanced_settings.groups
-            }
-        )
-    return NodeResult(outputs={"output": _first_set(ctx.variables, data.variables)})
+        for group in data.advanced_settings.groups:
+            found = _first_set(ctx.variables, group.variables)
+            if found is not None:
+                outputs[group.group_name] = {"output": found[1]}
+                inputs[".".join(found[0][1:])] = found[1]
+    else:
+        found = _first_set(ctx.variables, data.variables)
+        if found is not None:
+            outputs["output"] = found[1]
+            inputs[".".join(found[0][1:])] = found[1]
+    return NodeResult(outputs=outputs, inputs=inputs)

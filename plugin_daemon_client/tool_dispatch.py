@@ -1,5 +1,5 @@
-"""The Dify plugin daemon's tool dispatch: invoke a plugin's tool and stream
-its tool messages.
+"""The Dify plugin daemon's tool dispatch: invoke a plugin's tool (or an
+agent strategy plugin) and stream its tool messages.
 
 Request: `POST {base}/plugin/{tenant_id}/dispatch/tool/invoke` with
 `X-Api-Key` and `X-Plugin-ID` (the `org/plugin` part of a provider id
@@ -7,7 +7,10 @@ Request: `POST {base}/plugin/{tenant_id}/dispatch/tool/invoke` with
 data: {provider, tool, credentials, credential_type, tool_parameters}}`.
 Response: SSE lines `data: {"code", "message", "data"}` whose `data` is one
 tool message (`{type, message, meta}`, blobs base64-encoded); a non-zero
-`code` is an error, unwrapped like the LLM dispatch's (`daemon_error`).
+`code` is an error, unwrapped like the LLM dispatch's (`daemon_error`). An agent strategy goes
+to `.../dispatch/agent_strategy/invoke` with `data: {agent_strategy_provider,
+agent_strategy, agent_strategy_params}` and answers with the same envelopes
+(its steps are `log` messages).
 
 The call runs inside a gate with only a total deadline (the tool's time
 bound): every connect and read is bounded by what is left of it, and a
@@ -106,6 +109,48 @@ class PluginToolClient:
         `FirstGateError` on failure, scrubbed at one exit: `secrets` (the
         credentials' values) are redacted from it as the daemon key is."""
         plugin_id, provider = split_provider_id(provider_id)
+        data = {
+            "provider": provider,
+            "tool": tool,
+            "credentials": dict(credentials or {}),
+            "credential_type": "api-key",
+            "tool_parameters": dict(parameters),
+        }
+        return self._dispatch("tool/invoke", plugin_id, data, timeout_s, cancel, secrets)
+
+    def invoke_agent_strategy(
+        self,
+        provider_id: str,
+        strategy: str,
+        parameters: Mapping[str, Any],
+        *,
+        timeout_s: float,
+        cancel: CancelLike | None = None,
+        secrets: tuple[str, ...] = (),
+    ) -> Iterator[dict[str, Any]]:
+        """Run an agent strategy plugin (`POST .../dispatch/agent_strategy/invoke`):
+        its messages are tool messages too (text, json, log, ...), under the same
+        deadline, caps and scrubbed exit as a tool call."""
+        plugin_id, provider = split_provider_id(provider_id)
+        data = {
+            "agent_strategy_provider": provider,
+            "agent_strategy": strategy,
+            "agent_strategy_params": dict(parameters),
+        }
+        return self._dispatch(
+            "agent_strategy/invoke", plugin_id, data, timeout_s, cancel, secrets, context={}
+        )
+
+    def _dispatch(
+        self,
+        action: str,
+        plugin_id: str,
+        data: dict[str, Any],
+        timeout_s: float,
+        cancel: CancelLike | None,
+        secrets: tuple[str, ...],
+        **extra: Any,
+    ) -> Iterator[dict[str, Any]]:
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["X-Api-Key"] = self._api_key
@@ -116,15 +161,10 @@ class PluginToolClient:
             "conversation_id": None,
             "app_id": None,
             "message_id": None,
-            "data": {
-                "provider": provider,
-                "tool": tool,
-                "credentials": dict(credentials or {}),
-                "credential_type": "api-key",
-                "tool_parameters": dict(parameters),
-            },
+            **extra,
+            "data": data,
         }
-        url = f"{self.base_url}/plugin/{self.tenant_id}/dispatch/tool/invoke"
+        url = f"{self.base_url}/plugin/{self.tenant_id}/dispatch/{action}"
         # Shorter values cannot be told from ordinary words; the key itself is checked.
         redactor = Redactor(
             [self._api_key, *(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)]

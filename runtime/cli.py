@@ -162,8 +162,8 @@ def cmd_validate(flow: str, locale: str, models: str | None = None) -> int:
             "cli.valid",
             locale,
             path=flow,
-            nodes=len(workflow.graph.nodes),
-            edges=len(workflow.graph.edges),
+            nodes=len(workflow.graph.all_nodes),
+            edges=sum(len(g.edges) for g in workflow.graph.graphs()),
         )
     )
     return EXIT_OK
@@ -254,7 +254,7 @@ def _stream(run: WorkflowRun, workflow: Workflow, locale: str, as_json: bool) ->
 
 def _calls_model(workflow: Workflow) -> frozenset[str]:
     """Nodes that wait on a model server (the human view shows a waiting line)."""
-    return frozenset(n.id for n in workflow.graph.nodes.values() if n.needs.model_providers)
+    return frozenset(n.id for n in workflow.graph.all_nodes.values() if n.needs.model_providers)
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from nodes.base import FAIL_HANDLE, NodeContext
+from nodes.base import FAIL_HANDLE, NeedsWorker, NodeContext, NodeResult
 from nodes.cancel import CancelToken
 from nodes.selectors import Selector
 from runtime.graph import NodeDef
@@ -34,6 +34,7 @@ class Outcome:
     inputs: dict[str, Any] = field(default_factory=dict)
     usage: Mapping[str, Any] | None = None
     updates: Mapping[Selector, Any] = field(default_factory=dict)
+    breaks: bool = False  # ends the enclosing loop (NodeResult.breaks)
 
 
 def error_type(exc: BaseException) -> str:
@@ -44,7 +45,7 @@ def error_outputs(exc: BaseException) -> dict[str, Any]:
     return {"error_message": str(exc), "error_type": error_type(exc)}
 
 
-def apply_strategy(node: NodeDef, exc: Exception, attempt: int) -> Outcome:
+def apply_strategy(node: NodeDef, exc: BaseException, attempt: int) -> Outcome:
     strategy = node.data.error_strategy
     if strategy == "fail-branch":
         return Outcome(
@@ -80,6 +81,8 @@ def execute(
         ctx = make_context(attempt)
         try:
             result = contextvars.copy_context().run(node.spec.run, node.data, ctx)
+        except NeedsWorker:
+            raise  # not a failure: the engine runs the node again on a worker
         except Exception as exc:
             if cancel.cancelled:
                 # The abort caused this error: no retry, no strategy.
@@ -91,13 +94,18 @@ def execute(
                 attempt += 1
                 continue
             return apply_strategy(node, exc, attempt)
-        return Outcome(
-            Status.SUCCEEDED,
-            attempt,
-            dict(result.outputs),
-            result.handles,
-            process_data=dict(result.process_data or {}),
-            inputs=dict(result.inputs or {}),
-            usage=result.usage,
-            updates=dict(result.updates),
-        )
+        return succeeded(result, attempt)
+
+
+def succeeded(result: NodeResult, attempt: int) -> Outcome:
+    return Outcome(
+        Status.SUCCEEDED,
+        attempt,
+        dict(result.outputs),
+        result.handles,
+        process_data=dict(result.process_data or {}),
+        inputs=dict(result.inputs or {}),
+        usage=result.usage,
+        updates=dict(result.updates),
+        breaks=result.breaks,
+    )

@@ -10,6 +10,12 @@ and, when a turn fails, `error`. Every event carries Dify's envelope: `event`,
 `task_id`, `workflow_run_id`, and in a chatflow `conversation_id`,
 `message_id` and `created_at`.
 
+A container (iteration, loop) reports `iteration_started`, `iteration_next`
+(before each round), `iteration_completed` (or `loop_*`) instead of
+`node_started` / `node_finished`, as Dify does; the events of the nodes in its
+rounds carry its id (`iteration_id` or `loop_id`) and, in `node_finished`'s
+`execution_metadata`, the round (`iteration_index` or `loop_index`).
+
 firstgate's own events use the same envelope: `node_waiting` (the model
 server is busy with the prompt), `node_fallback` (a fallback chain's
 decision) and `node_first_token` (an attempt's first content token). Beyond
@@ -96,7 +102,7 @@ class WorkflowStarted(Event):
 
 
 # Dify's parallel / container fields of node events: firstgate has no parallel
-# ids, and container runs (iteration, loop) do not exist yet.
+# ids; a node in a container's round says which container (`InContainer`).
 _CONTAINER_FIELDS = {
     "parallel_id": None,
     "parallel_start_node_id": None,
@@ -107,12 +113,30 @@ _CONTAINER_FIELDS = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class InContainer:
+    """The container round a node execution runs in (the innermost one)."""
+
+    kind: str  # the container's kind: "iteration" or "loop"
+    node_id: str  # the container node
+    index: int  # the round, from 0
+
+    def ids(self) -> dict[str, Any]:
+        """Dify's `<kind>_id` field."""
+        return {f"{self.kind}_id": self.node_id}
+
+    def metadata(self) -> dict[str, Any]:
+        """Dify's `<kind>_id` and `<kind>_index` execution metadata."""
+        return {f"{self.kind}_id": self.node_id, f"{self.kind}_index": self.index}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeEvent(Event):
     node_id: str
     node_type: str
     title: str = ""
     execution_id: str = ""  # one per node execution (all its attempts): Dify's node event `id`
+    container: InContainer | None = None
 
     def _node(self) -> dict[str, Any]:
         return {
@@ -121,6 +145,16 @@ class NodeEvent(Event):
             "node_type": self.node_type,
             "title": self.title,
         }
+
+    def _container_fields(self) -> dict[str, Any]:
+        if self.container is None:
+            return _CONTAINER_FIELDS
+        return {**_CONTAINER_FIELDS, **self.container.ids()}
+
+    def _metadata(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        if self.container is None:
+            return metadata
+        return {**metadata, **self.container.metadata()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,7 +172,7 @@ class NodeStarted(NodeEvent):
             "inputs": None,
             "created_at": self.created_at,
             "extras": {},
-            **_CONTAINER_FIELDS,
+            **self._container_fields(),
             "parallel_run_id": None,
             "agent_strategy": None,
         }
@@ -306,7 +340,7 @@ class NodeRetry(NodeEvent):
             "created_at": self.created_at,
             "finished_at": self.finished_at,
             "files": [],
-            **_CONTAINER_FIELDS,
+            **self._container_fields(),
             "retry_index": self.attempt,
         }
 
@@ -344,11 +378,11 @@ class NodeFinished(NodeEvent):
             "error": self.error_message,
             "error_type": self.error_type,
             "elapsed_time": self.node_elapsed,
-            "execution_metadata": self.execution_metadata,
+            "execution_metadata": self._metadata(self.execution_metadata),
             "created_at": self.created_at,
             "finished_at": self.finished_at,
             "files": [],
-            **_CONTAINER_FIELDS,
+            **self._container_fields(),
         }
 
 
@@ -375,6 +409,110 @@ class NodeStopped(NodeFinished):
     """The run was stopped (aborted or a limit) while the node ran."""
 
     status: ClassVar[str] = "stopped"
+
+
+# ---- containers (iteration, loop): Dify's `<kind>_started` / `_next` / `_completed`
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerEvent(NodeEvent):
+    """Dify names a container's events by its kind, and gives the node id as their `id`."""
+
+    kind: str  # "iteration" or "loop"
+    created_at: int = 0
+
+    @property
+    def wire_name(self) -> str:
+        return f"{self.kind}_{self.name}"
+
+    def _head(self) -> dict[str, Any]:
+        return {
+            "id": self.node_id,
+            "node_id": self.node_id,
+            "node_type": self.node_type,
+            "title": self.title,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerStarted(ContainerEvent):
+    name: ClassVar[str] = "started"
+    inputs: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def data(self) -> dict[str, Any]:
+        return {
+            **self._head(),
+            "created_at": self.created_at,
+            "extras": {},
+            "metadata": self.metadata,
+            "inputs": self.inputs,
+            "parallel_id": None,
+            "parallel_start_node_id": None,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerNext(ContainerEvent):
+    """A round starts (`index` from 0); `previous_output` and `duration` (seconds)
+    are those of the round that ended just before, if any."""
+
+    name: ClassVar[str] = "next"
+    index: int
+    previous_output: Any = None
+    duration: float | None = None
+
+    def data(self) -> dict[str, Any]:
+        return {
+            **self._head(),
+            "index": self.index,
+            "created_at": self.created_at,
+            f"pre_{self.kind}_output": self.previous_output,
+            "extras": {},
+            "parallel_id": None,
+            "parallel_start_node_id": None,
+            "parallel_mode_run_id": None,
+            "duration": self.duration,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerCompleted(ContainerEvent):
+    """The container ended: `status` is `succeeded`, `failed` (its error strategy
+    may still have handled it: the run goes on) or `stopped`."""
+
+    name: ClassVar[str] = "completed"
+    status: str
+    index: int = 0  # its node execution's index, for the run's record
+    predecessor_node_id: str | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    execution_metadata: dict[str, Any] = field(default_factory=dict)
+    node_elapsed: float = 0.0
+    total_tokens: int = 0
+    steps: int = 0
+    finished_at: int = 0
+    error_type: str | None = None
+    error_message: str | None = None
+    error: BaseException | None = field(default=None, compare=False, repr=False)
+
+    def data(self) -> dict[str, Any]:
+        return {
+            **self._head(),
+            "outputs": self.outputs,
+            "created_at": self.created_at,
+            "extras": {},
+            "inputs": self.inputs,
+            "status": self.status,
+            "error": self.error_message,
+            "elapsed_time": self.node_elapsed,
+            "total_tokens": self.total_tokens,
+            "execution_metadata": self._metadata(self.execution_metadata),
+            "finished_at": self.finished_at,
+            "steps": self.steps,
+            "parallel_id": None,
+            "parallel_start_node_id": None,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,8 +1,16 @@
-"""The validated workflow graph: nodes with typed data, edges with handles."""
+"""The validated workflow graph: nodes with typed data, edges with handles.
+
+A container node (iteration, loop) has a graph of its own, `Graph.children[id]`:
+the nodes whose parent it is and the edges between them, starting at its
+round-start node (or, in older exports, at its first node). Every graph
+lists only its own nodes; `Graph.all_nodes` (on the workflow's graph) has
+every node of every level.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -19,6 +27,7 @@ class NodeDef:
     spec: NodeSpec
     data: BaseNodeData
     needs: Needs  # what the node declared it needs (model providers, streams, writes)
+    parent: str | None = None  # the container it belongs to
 
     @property
     def has_fail_branch(self) -> bool:
@@ -43,8 +52,12 @@ class Graph:
     nodes: dict[str, NodeDef]
     edges: list[EdgeDef]
     start_id: str
+    # Container node id -> its graph (for the containers among `nodes`).
+    children: dict[str, Graph] = field(default_factory=dict)
     _out: dict[str, list[EdgeDef]] = field(default_factory=dict)
     _in: dict[str, list[EdgeDef]] = field(default_factory=dict)
+    # Edge -> its position (exported edge ids are not always unique).
+    edge_index: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         out: dict[str, list[EdgeDef]] = defaultdict(list)
@@ -53,6 +66,29 @@ class Graph:
             out[edge.source].append(edge)
             into[edge.target].append(edge)
         self._out, self._in = dict(out), dict(into)
+        self.edge_index = {id(e): i for i, e in enumerate(self.edges)}
+
+    @cached_property
+    def all_nodes(self) -> dict[str, NodeDef]:
+        """Every node of this graph and of the graphs inside its containers."""
+        found = dict(self.nodes)
+        for child in self.children.values():
+            found.update(child.all_nodes)
+        return found
+
+    def graphs(self) -> Iterator[Graph]:
+        """This graph and every graph inside its containers."""
+        yield self
+        for child in self.children.values():
+            yield from child.graphs()
+
+    def reachable_nodes(self) -> list[NodeDef]:
+        """The nodes a run can reach, containers' insides included."""
+        found = [self.nodes[node_id] for node_id in self.nodes if node_id in self.reachable]
+        for container_id, child in self.children.items():
+            if container_id in self.reachable:
+                found.extend(child.reachable_nodes())
+        return found
 
     def out_edges(self, node_id: str) -> list[EdgeDef]:
         return self._out.get(node_id, [])

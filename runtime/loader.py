@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 from nodes.base import ANY_OUTPUT, FAIL_HANDLE, Role
 from nodes.config import QUOTE_LIMIT, shown
-from nodes.registry import CONTAINER_PARTS, KNOWN_UNSUPPORTED, NODE_TYPES
+from nodes.jinja import counting_templates
+from nodes.registry import KNOWN_UNSUPPORTED, NODE_TYPES
 from runtime.ancestry import Ancestry
 from runtime.dsl_models import Document, Edge, RawNode
 from runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
@@ -83,10 +84,14 @@ class _Loader:
             document = Document.model_validate(self.raw)
         except ValidationError as exc:
             raise DslError(problems_from_validation(exc)) from None
-        nodes = self._nodes(document.workflow.graph.nodes)
+        with counting_templates() as templates:
+            nodes = self._nodes(document.workflow.graph.nodes)
+        self._containers(nodes)
         edges = self._edges(document.workflow.graph.edges, nodes)
         start_id = self._start(nodes)
-        pairs = [(e.source, e.target) for e in edges]
+        roots = self._round_roots(nodes, edges)
+        # Ancestry over every level: a container runs before its rounds' nodes.
+        pairs = [(e.source, e.target) for e in edges] + list(roots.items())
         ancestry = Ancestry(nodes, pairs)
         if not ancestry.acyclic:
             cycle = find_cycle(list(nodes), pairs) or []
@@ -95,7 +100,7 @@ class _Loader:
             )
         env = {v.name: v.value for v in document.workflow.environment_variables}
         conversation = {v.name for v in document.workflow.conversation_variables}
-        graph = None if start_id is None else Graph(nodes=nodes, edges=edges, start_id=start_id)
+        graph = None if start_id is None else _build_graph(nodes, edges, start_id, roots)
         if graph is not None and ancestry.acyclic:
             self._selectors(graph, ancestry, env, conversation)
         if self.problems:
@@ -105,9 +110,67 @@ class _Loader:
             name=document.app.name,
             mode=document.app.mode,
             graph=graph,
+            templates=len(templates),
             loader=load_workflow,
             **declarations(document),
         )
+
+    def _containers(self, nodes: dict[str, NodeDef]) -> None:
+        """Each node inside a container names one that exists and is a container;
+        round-start nodes are inside one."""
+        for node in list(nodes.values()):
+            parent = node.parent
+            if parent is None:
+                if node.spec.role is Role.ROUND_START:
+                    self.problems.append(Problem("dsl.container.partOutside", {}, _ref(node)))
+                    self.broken.add(node.id)
+                    del nodes[node.id]
+                continue
+            container = nodes.get(parent)
+            if container is None or container.spec.container is None:
+                if parent not in self.broken:
+                    self.problems.append(
+                        Problem("dsl.container.unknownParent", {"parent": parent}, _ref(node))
+                    )
+                self.broken.add(node.id)
+                del nodes[node.id]
+        for node in nodes.values():  # a container inside itself, through its parents
+            seen = {node.id}
+            parent = node.parent
+            while parent is not None and parent in nodes:
+                if parent in seen:
+                    self.problems.append(Problem("dsl.container.insideItself", {}, _ref(node)))
+                    break
+                seen.add(parent)
+                parent = nodes[parent].parent
+
+    def _round_roots(self, nodes: dict[str, NodeDef], edges: list[EdgeDef]) -> dict[str, str]:
+        """Container id -> the node its rounds start at: its `start_node_id`, or in
+        older exports (no round-start node) its one inside node nothing leads to."""
+        inside: dict[str, list[str]] = {}
+        for node in nodes.values():
+            if node.parent is not None:
+                inside.setdefault(node.parent, []).append(node.id)
+        targets = {e.target for e in edges}
+        roots: dict[str, str] = {}
+        for node in nodes.values():
+            spec = node.spec.container
+            if spec is None:
+                continue
+            members = inside.get(node.id, [])
+            named = spec.round_root(node.data)
+            if named in members:
+                roots[node.id] = named
+                continue
+            candidates = [m for m in members if m not in targets]
+            if len(candidates) == 1:
+                roots[node.id] = candidates[0]
+            else:
+                self.problems.append(
+                    Problem("dsl.container.noStart", {"start": named or "?"}, _ref(node))
+                )
+                self.broken.add(node.id)  # what runs before its nodes is unknown
+        return roots
 
     def _nodes(self, raw_nodes: list[dict[str, Any]]) -> dict[str, NodeDef]:
         nodes: dict[str, NodeDef] = {}
@@ -129,8 +192,6 @@ class _Loader:
             if node.type in _DECORATIVE_NODE_TYPES:
                 continue
             node_type = _plain(node.data.get("type", ""))
-            if node_type in CONTAINER_PARTS:
-                continue  # part of an iteration or loop: the container is judged as a whole
             ref = NodeRef(node.id, _plain(node.data.get("title", "")), node_type or "?")
             if node.id in nodes:
                 self.problems.append(Problem("dsl.node.duplicateId", {}, ref))
@@ -146,7 +207,9 @@ class _Loader:
                 self.problems.extend(problems_from_validation(exc, ref))
                 self.broken.add(node.id)
                 continue
-            nodes[node.id] = NodeDef(node.id, data.title, node_type, spec, data, spec.needs(data))
+            nodes[node.id] = NodeDef(
+                node.id, data.title, node_type, spec, data, spec.needs(data), parent
+            )
         return nodes
 
     def _edges(self, raw_edges: list[dict[str, Any]], nodes: dict[str, NodeDef]) -> list[EdgeDef]:
@@ -169,6 +232,16 @@ class _Loader:
                 self.dropped_edges = True
                 continue  # the node itself was reported
             source = nodes[edge.source]
+            if source.parent != nodes[edge.target].parent:
+                self.problems.append(
+                    Problem(
+                        "dsl.edge.crossesContainer",
+                        {"edge": name, "node": edge.target},
+                        _ref(source),
+                    )
+                )
+                self.dropped_edges = True
+                continue
             allowed = handles.get(source.id)
             if allowed is None:
                 allowed = handles[source.id] = source.spec.handles(source.data) | (
@@ -196,7 +269,7 @@ class _Loader:
         return [n for n in graph.get("nodes", []) if isinstance(n, dict)]
 
     def _start(self, nodes: dict[str, NodeDef]) -> str | None:
-        starts = [n for n in nodes.values() if n.type == "start"]
+        starts = [n for n in nodes.values() if n.spec.role is Role.ROOT and n.parent is None]
         if not starts:
             start_declared = any(
                 isinstance(n.get("data"), dict) and n["data"].get("type") == "start"
@@ -214,23 +287,35 @@ class _Loader:
     def _selectors(
         self, graph: Graph, ancestry: Ancestry, env: dict[str, Any], conversation: set[str]
     ) -> None:
-        checks = [
-            (node, selector)
-            for node in graph.nodes.values()
+        nodes = graph.all_nodes
+        scopes = _scopes(nodes)
+        # (reader, selector, reads at the end of a round of): a node reads its
+        # selectors; a container reads its round selectors inside its rounds.
+        checks: list[tuple[NodeDef, tuple[str, ...], bool]] = [
+            (node, selector, False)
+            for node in nodes.values()
             for selector in node.spec.selectors(node.data)
             if selector[0] not in self.broken
         ]
-        upstream = self._upstream(graph, ancestry, checks)
-        outputs: dict[str, set[str]] = {}  # node id -> its output names, computed once
-        for (node, selector), is_upstream in zip(checks, upstream, strict=True):
+        checks += [
+            (node, selector, True)
+            for node in nodes.values()
+            if node.spec.container is not None
+            for selector in node.spec.container.round_selectors(node.data)
+            if selector[0] not in self.broken
+        ]
+        upstream = self._upstream(nodes, scopes, ancestry, checks)
+        outputs: dict[tuple[str, bool], set[str]] = {}  # (node, inside) -> names, once
+        for (node, selector, in_round), is_upstream in zip(checks, upstream, strict=True):
+            inside = scopes[node.id] + ((node.id,) if in_round else ())
             problem = _check_selector(
-                selector, node, graph, is_upstream, env, outputs, conversation
+                selector, node, graph, inside, is_upstream, env, outputs, conversation
             )
             if problem:
                 self.problems.append(problem)
-        for node in graph.nodes.values():
+        for node in nodes.values():
             for written in sorted(node.needs.writes):
-                if written[0] != "conversation":
+                if not _writable(written, scopes[node.id], nodes):
                     self.problems.append(
                         Problem(
                             "dsl.selector.notWritable", {"selector": ".".join(written)}, _ref(node)
@@ -238,16 +323,90 @@ class _Loader:
                     )
 
     def _upstream(
-        self, graph: Graph, ancestry: Ancestry, checks: list[tuple[NodeDef, tuple[str, ...]]]
+        self,
+        nodes: dict[str, NodeDef],
+        scopes: dict[str, tuple[str, ...]],
+        ancestry: Ancestry,
+        checks: list[tuple[NodeDef, tuple[str, ...], bool]],
     ) -> list[bool | None]:
         """For each selector that names a node: whether that node runs before the reader
-        (all pairs at once: linear for chains and trees, see `runtime.ancestry`)."""
+        (all pairs at once: linear for chains and trees, see `runtime.ancestry`). What a
+        container reads at the end of a round may be any node of its rounds."""
         if self.broken or self.dropped_edges:
             # With broken nodes or edges left out, ancestry is incomplete: don't guess.
             return [None] * len(checks)
-        pairs = [(sel[0], node.id) for node, sel in checks if sel[0] in graph.nodes]
+
+        def within(node: NodeDef, head: str, in_round: bool) -> bool:
+            # What a container reads after a round: itself, or a node of its rounds.
+            return in_round and (head == node.id or node.id in scopes[head])
+
+        pairs = [
+            (sel[0], node.id)
+            for node, sel, in_round in checks
+            if sel[0] in nodes and not within(node, sel[0], in_round)
+        ]
         answers = iter(ancestry.upstream(pairs))
-        return [next(answers) if sel[0] in graph.nodes else None for _, sel in checks]
+        found: list[bool | None] = []
+        for node, selector, in_round in checks:
+            head = selector[0]
+            if head not in nodes:
+                found.append(None)
+            elif within(node, head, in_round):
+                found.append(True)
+            else:
+                found.append(next(answers))
+        return found
+
+
+def _scopes(nodes: dict[str, NodeDef]) -> dict[str, tuple[str, ...]]:
+    """Node id -> the containers it is inside, innermost first."""
+    scopes: dict[str, tuple[str, ...]] = {}
+    for node in nodes.values():
+        chain: list[str] = []
+        parent = node.parent
+        while parent is not None and parent in nodes and parent not in chain:
+            chain.append(parent)
+            parent = nodes[parent].parent
+        scopes[node.id] = tuple(chain)
+    return scopes
+
+
+def _writable(
+    selector: tuple[str, ...], inside: tuple[str, ...], nodes: dict[str, NodeDef]
+) -> bool:
+    """Conversation variables, and the variables of a container the writer is inside
+    that its rounds may write (a loop's variables)."""
+    if selector[0] == "conversation":
+        return True
+    if selector[0] not in inside or len(selector) != 2:
+        return False
+    container = nodes[selector[0]]
+    spec = container.spec.container
+    return spec is not None and selector[1] in spec.writable(container.data)
+
+
+def _build_graph(
+    nodes: dict[str, NodeDef], edges: list[EdgeDef], start_id: str, roots: dict[str, str]
+) -> Graph:
+    """The workflow's graph, with each container's graph inside it."""
+    members: dict[str | None, dict[str, NodeDef]] = {}
+    for node in nodes.values():
+        members.setdefault(node.parent, {})[node.id] = node
+    links: dict[str | None, list[EdgeDef]] = {}
+    for edge in edges:
+        links.setdefault(nodes[edge.source].parent, []).append(edge)
+
+    def build(parent: str | None, start: str) -> Graph:
+        own = members.get(parent, {})
+        children = {
+            # A container without a start was reported; its graph is still checked.
+            node_id: build(node_id, roots.get(node_id, ""))
+            for node_id, node in own.items()
+            if node.spec.container is not None
+        }
+        return Graph(nodes=own, edges=links.get(parent, []), start_id=start, children=children)
+
+    return build(None, start_id)
 
 
 def _plain(value: Any) -> str:
@@ -303,13 +462,20 @@ def output_names(node: NodeDef) -> set[str]:
     return names
 
 
+def _inner_names(node: NodeDef) -> set[str]:
+    """What a container's rounds read under its id (`item`, `index`, loop variables)."""
+    spec = node.spec.container
+    return spec.inner_names(node.data) if spec is not None else set()
+
+
 def _check_selector(
     selector: tuple[str, ...],
     node: NodeDef,
     graph: Graph,
+    inside: tuple[str, ...],
     upstream: bool | None,
     env: dict[str, Any],
-    outputs: dict[str, set[str]],
+    outputs: dict[tuple[str, bool], set[str]],
     conversation: set[str],
 ) -> Problem | None:
     text = ".".join(selector)
@@ -339,12 +505,14 @@ def _check_selector(
         if name not in env:
             return Problem("dsl.selector.unknownEnv", {"selector": text}, _ref(node))
         return None
-    target = graph.nodes.get(head)
+    target = graph.all_nodes.get(head)
     if target is None:
         return Problem("dsl.selector.unknownNode", {"selector": text, "node": head}, _ref(node))
-    names = outputs.get(head)
+    # Inside a container, its id names what its rounds read (`item`, loop variables).
+    within = head in inside
+    names = outputs.get((head, within))
     if names is None:
-        names = outputs[head] = output_names(target)
+        names = outputs[(head, within)] = _inner_names(target) if within else output_names(target)
     if name not in names and ANY_OUTPUT not in names:
         return Problem(
             "dsl.selector.unknownVariable",

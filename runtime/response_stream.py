@@ -76,49 +76,35 @@ class _Stream:
     closed: bool = False
 
 
-class ResponseStreamer:
-    def __init__(self, graph: Graph, pool: VariablePool, state: Callable[[str], NodeState]) -> None:
+class StreamPlan:
+    """What streaming a graph needs to know of it, worked out once per graph
+    (a container's graph streams once per round, with a fresh `ResponseStreamer`)."""
+
+    def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.pool = pool
-        self.state = state
-        self._edge_ids = {id(e): i for i, e in enumerate(graph.edges)}
-        self._taken: set[int] = set()
-        self._pending: dict[str, _Session] = {}
-        self._blocking: dict[str, frozenset[int]] = {}
-        self._reached: dict[str, set[str]] = {}
+        self.templates: dict[str, list[Segment]] = {}
+        self.blocking: dict[str, frozenset[int]] = {}
         for node in graph.nodes.values():
             if node.spec.role is Role.RESPONSE and node.spec.template is not None:
-                session = _Session(node.id, node.spec.template(node.data))
-                self._pending[node.id] = session
-                self._blocking[node.id] = self._blocking_edges(session)
-                self._reached[node.id] = set()
-        self._streamed_outputs = {
+                segments = node.spec.template(node.data)
+                self.templates[node.id] = segments
+                self.blocking[node.id] = self._blocking_edges(segments)
+        self.streamed_outputs = {
             node.id: sorted(node.needs.streams)
             for node in graph.nodes.values()
             if node.needs.streams
         }
-        referenced = {
+        self.referenced = {
             segment.selector
-            for session in self._pending.values()
-            for segment in session.segments
+            for segments in self.templates.values()
+            for segment in segments
             if isinstance(segment, VariableSegment)
         }
-        self._streams: dict[Selector, _Stream] = {
-            (node_id, output): _Stream()
-            for node_id, outputs in self._streamed_outputs.items()
-            for output in outputs
-            if (node_id, output) in referenced
-        }
-        self._active: _Session | None = None
-        self._waiting: deque[_Session] = deque()
-        self._sent: dict[str, int] = {}  # response node -> characters streamed
 
-    # ---- which streams may open
-
-    def _blocking_edges(self, session: _Session) -> frozenset[int]:
+    def _blocking_edges(self, segments: list[Segment]) -> frozenset[int]:
         shown = {
             tuple(segment.selector[:2])
-            for segment in session.segments
+            for segment in segments
             if isinstance(segment, VariableSegment)
         }
         blocking: set[int] = set()
@@ -129,6 +115,35 @@ class ResponseStreamer:
             if source.spec.role in _BLOCKING_ROLES or shown & source.needs.writes or failure_only:
                 blocking.add(index)
         return frozenset(blocking)
+
+
+class ResponseStreamer:
+    def __init__(
+        self, plan: StreamPlan, pool: VariablePool, state: Callable[[str], NodeState]
+    ) -> None:
+        self.plan = plan
+        self.graph = plan.graph
+        self.pool = pool
+        self.state = state
+        self._edge_ids = self.graph.edge_index
+        self._taken: set[int] = set()
+        self._pending = {
+            node_id: _Session(node_id, segments) for node_id, segments in plan.templates.items()
+        }
+        self._blocking = plan.blocking
+        self._reached: dict[str, set[str]] = {node_id: set() for node_id in plan.templates}
+        self._streamed_outputs = plan.streamed_outputs
+        self._streams: dict[Selector, _Stream] = {
+            (node_id, output): _Stream()
+            for node_id, outputs in self._streamed_outputs.items()
+            for output in outputs
+            if (node_id, output) in plan.referenced
+        }
+        self._active: _Session | None = None
+        self._waiting: deque[_Session] = deque()
+        self._sent: dict[str, int] = {}  # response node -> characters streamed
+
+    # ---- which streams may open
 
     def _open_way(self, response_id: str, edge: EdgeDef) -> bool:
         index = self._edge_ids[id(edge)]

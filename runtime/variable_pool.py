@@ -7,6 +7,15 @@ selector parts index into objects, and into files by attribute
 (`{{#start.doc.name#}}`). Older exports name a system variable through the
 start node, as Dify's start node outputs them: `[start_id, "sys.query"]` is
 `sys.query`.
+
+A container's rounds read and write through *scopes*: `child()` is a layer
+over its parent holding what exists only in that scope (a round's node
+outputs and the container's `item`/`index`; a loop's variables for all its
+rounds). A read looks in the innermost layer first, then outwards; a write
+goes to the layer that holds the name (conversation variables to the run's,
+loop variables to their loop's), so the same node running in ten parallel
+rounds writes ten different layers, and what a round writes outside it is
+seen after the container ends.
 """
 
 from __future__ import annotations
@@ -49,41 +58,80 @@ class VariablePool:
     ) -> None:
         self._lock = threading.Lock()
         self._start_id = start_id
+        self._parent: VariablePool | None = None
         self._values: dict[str, dict[str, Any]] = {
             "sys": dict(system),
             "env": dict(environment or {}),
             "conversation": dict(conversation or {}),
         }
-        self._conversation_types = dict(conversation_types or {})
+        # Declared types by (head, name): conversation variables, loop variables.
+        self._types: dict[tuple[str, str], str] = {
+            ("conversation", name): kind for name, kind in (conversation_types or {}).items()
+        }
+
+    def child(
+        self,
+        values: Mapping[str, Mapping[str, Any]] | None = None,
+        types: Mapping[tuple[str, str], str] | None = None,
+    ) -> VariablePool:
+        """A scope over this one (see the module's docstring), starting with `values`
+        (head -> names -> values) and their declared `types`."""
+        scope = VariablePool.__new__(VariablePool)
+        scope._lock = self._lock  # one lock for the whole tree: reads walk it
+        scope._start_id = self._start_id
+        scope._parent = self
+        scope._values = {head: dict(names) for head, names in (values or {}).items()}
+        scope._types = dict(types or {})
+        return scope
+
+    def _holder(self, head: str) -> VariablePool:
+        """The innermost layer holding `head` (the outermost when none does). Under the lock."""
+        layer: VariablePool | None = self
+        outermost = self
+        while layer is not None:
+            if head in layer._values:
+                return layer
+            outermost = layer
+            layer = layer._parent
+        return outermost
 
     def set_outputs(self, node_id: str, outputs: Mapping[str, Any]) -> None:
+        """A node's outputs, in this scope."""
         with self._lock:
             self._values[node_id] = dict(outputs)
 
     def outputs(self, node_id: str) -> dict[str, Any] | None:
         with self._lock:
-            found = self._values.get(node_id)
+            found = self._holder(node_id)._values.get(node_id)
             return dict(found) if found is not None else None
 
     def has(self, selector: Selector) -> bool:
-        with self._lock:
-            found = self._values.get(self._canonical(selector)[0])
-            return found is not None and self._canonical(selector)[1] in found
-
-    def set(self, selector: Selector, value: Any) -> None:
-        """Write one variable (an assigner's update)."""
         head, name = self._canonical(selector)[:2]
         with self._lock:
-            self._values.setdefault(head, {})[name] = value
+            found = self._holder(head)._values.get(head)
+            return found is not None and name in found
+
+    def set(self, selector: Selector, value: Any) -> None:
+        """Write one variable (an assigner's update) where it lives."""
+        head, name = self._canonical(selector)[:2]
+        with self._lock:
+            self._holder(head)._values.setdefault(head, {})[name] = value
 
     def conversation(self) -> dict[str, Any]:
         with self._lock:
-            return dict(self._values["conversation"])
+            return dict(self._holder("conversation")._values["conversation"])
 
     def value_type(self, selector: Selector) -> str | None:
-        """The declared type of a conversation variable (None for anything else)."""
-        if selector[0] == "conversation" and len(selector) == 2:
-            return self._conversation_types.get(selector[1])
+        """The declared type of a conversation or loop variable (None for anything else)."""
+        if len(selector) != 2:
+            return None
+        key = (selector[0], selector[1])
+        with self._lock:
+            layer: VariablePool | None = self
+            while layer is not None:
+                if key in layer._types:
+                    return layer._types[key]
+                layer = layer._parent
         return None
 
     def _canonical(self, selector: Selector) -> Selector:
@@ -94,8 +142,15 @@ class VariablePool:
     def get(self, selector: Selector) -> Any:
         """The value at `selector`; None when unset."""
         path = self._canonical(selector)
+        head = path[0]
         with self._lock:
-            value: Any = self._values.get(path[0])
+            layer: VariablePool | None = self
+            value: Any = None
+            while layer is not None:
+                value = layer._values.get(head)
+                if value is not None:
+                    break
+                layer = layer._parent
         for part in path[1:]:
             if isinstance(value, File):
                 value = value.attribute(part)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.hub import Connectors
 from nodes import start
 from nodes.files import FileRules
+from nodes.jinja import reserve_templates
 from runtime.code_executors import build_code_executor
 from runtime.engine import WorkflowRun
 from runtime.environment import EnvVar
@@ -21,7 +23,7 @@ from runtime.events import CHAT_MODE
 from runtime.graph import Graph, NodeDef
 from runtime.limits import RunLimits
 from runtime.route_clients import RouteClients
-from runtime.routes import ModelRoutes
+from runtime.routes import ModelRoutes, RouteError
 from runtime.session import DEFAULT_TURN_WAIT_S, DEFAULT_USER, RunOptions, open_session
 from runtime.workflow_tools import Loader, WorkflowTools
 
@@ -55,7 +57,7 @@ class FileUploadRules:
     limit: int | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class Workflow:
     name: str
     mode: str  # "workflow" | "advanced-chat"
@@ -68,8 +70,15 @@ class Workflow:
     # mode (conversations belong to it), the version from the graph's content.
     app_id: str = ""
     workflow_id: str = ""
+    # Distinct templates its nodes render: the compiled-template cache keeps room
+    # for them as long as the workflow exists (`nodes.jinja.reserve_templates`).
+    templates: int = 0
     # The loader that made this workflow: its workflow tools load theirs with it.
     loader: Loader | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.templates:
+            weakref.finalize(self, reserve_templates(self.templates).release)
 
     @property
     def chat(self) -> bool:
@@ -88,16 +97,26 @@ class Workflow:
         """Model providers the nodes the run can reach call (each node says which)."""
         return {
             provider
-            for node in self.graph.nodes.values()
-            if node.id in self.graph.reachable
+            for node in self.graph.reachable_nodes()
             for provider in node.needs.model_providers
         }
 
+    def check_plugin_daemon(self, settings: RuntimeSettings | None) -> None:
+        """Refuse, by node and by name, a run whose nodes hand work to a plugin
+        when the settings name no plugin daemon to send it to."""
+        if settings is not None and settings.tools.plugin_daemon is not None:
+            return
+        for node in self.graph.nodes.values():
+            if node.needs.plugin and node.id in self.graph.reachable:
+                raise RouteError(
+                    "errors.plugin.noDaemon",
+                    node=f"{node.id} ({node.title})",
+                    plugin=node.needs.plugin,
+                )
+
     def uses_code_executor(self) -> bool:
         """Whether a node the run can reach runs code (so the executor starts with the run)."""
-        return any(
-            n.needs.code_executor for n in self.graph.nodes.values() if n.id in self.graph.reachable
-        )
+        return any(n.needs.code_executor for n in self.graph.reachable_nodes())
 
     def prepare_inputs(
         self, inputs: Mapping[str, Any], query: str | None = None
@@ -146,7 +165,7 @@ class Workflow:
         without it every provider is served by the embedded llama-server.
 
         Raises start.InputError for inputs that do not fit, RouteError for a
-        route whose credential variable is unset, EnvVarError for a bad
+        route whose credential variable is unset or a plugin with no daemon, EnvVarError for a bad
         environment value, StoreError when the conversation cannot be taken.
         `clients` replaces the routes with your own provider of transport clients.
         `code_executor` (yours to start and close, shared by as many runs as you
@@ -154,6 +173,7 @@ class Workflow:
         and closes when it ends.
         """
         values, sys_query = self.prepare_inputs(inputs or {}, query)
+        self.check_plugin_daemon(settings)
         providers = self.llm_providers()
         if clients is None:
             routes = ModelRoutes(settings)

@@ -2,7 +2,7 @@
 
 `POST /plugin/{tenant}/dispatch/tool/invoke` answers with SSE lines
 `data: {"code": 0, "message": "", "data": <tool message>}`; what it sends is
-chosen by the tool name:
+chosen by the tool name (an agent strategy's dispatch: see `_agent`):
 
 - `echo`: one text message with the `text` parameter;
 - `everything`: text, a link, a JSON object, an image URL, a blob, a blob in
@@ -92,6 +92,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         body = read_json(self)
+        if self.path.endswith("/dispatch/agent_strategy/invoke"):
+            return self._agent(body["data"])
         if not self.path.endswith("/dispatch/tool/invoke"):
             return send_json(self, 404, {"code": -404, "message": "not found", "data": None})
         data = body["data"]
@@ -110,6 +112,28 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(tool, params)
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+    def _agent(self, data: dict[str, Any]) -> None:
+        """An agent strategy plugin: `think` reports one step (a `log` message
+        at its start and its end) and answers with the query; `refuse` fails."""
+        params = data["agent_strategy_params"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        out = self.wfile
+        if data["agent_strategy"] == "refuse":
+            inner = {"error_type": "AgentInvokeError", "message": "the strategy gave up"}
+            envelope = {"code": -500, "message": json.dumps(inner), "data": None}
+            out.write(b"data: " + json.dumps(envelope).encode() + b"\n\n")
+        else:
+            step = {"id": "s1", "label": "ROUND 1", "parent_id": None, "error": None}
+            out.write(_frame({"type": "log", "message": {**step, "status": "start", "data": {}}}))
+            done = {**step, "status": "success", "data": {"thought": "easy"}, "metadata": {}}
+            out.write(_frame({"type": "log", "message": done}))
+            out.write(_frame(_text(f"Answer to {params.get('query')}")))
+            out.write(_frame({"type": "json", "message": {"json_object": {"rounds": 1}}}))
+        out.flush()
 
     def _answer(self, tool: str, params: dict[str, Any]) -> None:
         out = self.wfile

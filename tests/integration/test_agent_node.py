@@ -15,9 +15,11 @@ import yaml
 from runtime import events as ev
 from runtime import load_workflow
 from runtime.problems import DslError
+from runtime.routes import RouteError
 from tests import model_flows as mf
 from tests.fakes import llm_server as fake
 from tests.fakes import model_answers as ma
+from tests.fakes.plugin_daemon import FakePluginDaemon
 
 NEW_YEAR = {"year": 2024, "month": 1, "day": 1}
 OBSERVATION = "January 1, 2024 is Monday."
@@ -171,20 +173,74 @@ def load(tmp_path: Path, data: dict[str, Any]) -> None:
     load_workflow(path)
 
 
-@pytest.mark.parametrize(
-    ("change", "needle"),
-    [
-        ({"agent_strategy_name": "mcp_sse"}, "not built in"),
-        ({"agent_strategy_provider_name": "someone/agents/agents"}, "not built in"),
-    ],
-    ids=["other-strategy", "other-provider"],
-)
-def test_strategies_not_built_in_are_refused_by_name(
-    tmp_path: Path, change: dict[str, Any], needle: str
-) -> None:
+def test_an_unknown_strategy_of_the_official_provider_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(DslError) as caught:
-        load(tmp_path, {**mf.agent_data(), **change})
-    assert needle in str(caught.value)
+        load(tmp_path, {**mf.agent_data(), "agent_strategy_name": "mcp_sse"})
+    assert 'the agent strategy "mcp_sse" of "langgenius/agent/agent" is not built in' in str(
+        caught.value
+    )
+
+
+PLUGIN = "someone/agents/agents"
+
+
+def plugin_data(strategy: str = "deep_think") -> dict[str, Any]:
+    return {
+        **mf.agent_data(),
+        "agent_strategy_provider_name": PLUGIN,
+        "agent_strategy_name": strategy,
+    }
+
+
+def test_a_plugin_strategy_without_a_daemon_is_refused_by_name_before_the_run(
+    tmp_path: Path,
+) -> None:
+    with fake.FakeLLMServer(ma.in_turn()) as srv:
+        with pytest.raises(RouteError) as caught:
+            mf.run(tmp_path, flow(plugin_data()), mf.routes(srv))
+        assert srv.requests == []
+    assert "n (Agent) runs deep_think (someone/agents/agents) in a plugin" in str(caught.value)
+    assert "tools.plugin_daemon" in str(caught.value)
+
+
+def with_daemon(daemon: FakePluginDaemon) -> dict[str, Any]:
+    return {
+        "tools": {"timeout_s": 5, "plugin_daemon": {"base_url": daemon.base_url, "tenant_id": "t1"}}
+    }
+
+
+def test_a_plugin_strategy_is_dispatched_to_the_daemon(tmp_path: Path) -> None:
+    with FakePluginDaemon() as daemon:
+        events = mf.run(tmp_path, flow(plugin_data()), with_daemon(daemon), q="Why?")
+        (request,) = daemon.requests
+    done = mf.final(events)
+    assert isinstance(done, ev.WorkflowSucceeded), done
+    assert done.outputs["text"] == "Answer to Why?"
+    assert request["path"] == "/plugin/t1/dispatch/agent_strategy/invoke"
+    assert request["headers"]["X-Plugin-ID"] == "someone/agents"
+    data = request["body"]["data"]
+    assert (data["agent_strategy_provider"], data["agent_strategy"]) == ("agents", "deep_think")
+    params = data["agent_strategy_params"]
+    assert params["query"] == "Why?" and params["maximum_iterations"] == 3
+    assert params["model"]["model"] == "m" and params["model"]["history_prompt_messages"] == []
+    assert params["tools"][0]["tool_name"] == "weekday"
+    (node,) = [e for e in mf.of(events, ev.NodeSucceeded) if e.node_id == "n"]
+    assert node.outputs["json"] == [{"rounds": 1}]
+    assert logs(events) == [("ROUND 1", "start"), ("ROUND 1", "success")]
+    (step,) = [e for e in mf.of(events, ev.AgentLog) if e.status == "success"]
+    assert step.to_dict()["data"]["data"] == {"thought": "easy"}
+
+
+def test_a_plugin_strategy_that_fails_reaches_the_error_strategy(tmp_path: Path) -> None:
+    data = {**plugin_data("refuse"), "error_strategy": "default-value"}
+    data["default_value"] = [{"key": "text", "type": "string", "value": "no answer"}]
+    with FakePluginDaemon() as daemon:
+        events = mf.run(tmp_path, flow(data), with_daemon(daemon))
+    (handled,) = mf.of(events, ev.NodeException)
+    message = str(handled.error)
+    assert "the agent strategy refuse of someone/agents/agents failed" in message
+    assert "the strategy gave up" in message
+    assert mf.final(events).outputs["text"] == "no answer"
 
 
 @pytest.mark.parametrize(

@@ -174,7 +174,9 @@ def test_invalid_inputs_exit_2_without_traceback(tmp_path: Path) -> None:
 def test_validate_prints_all_problems_and_exits_2(tmp_path: Path) -> None:
     doc = yaml.safe_load((EXAMPLES / "chat.yml").read_text())
     doc["workflow"]["graph"]["nodes"][1]["data"]["retry_config"] = {"max_retries": "three"}
-    doc["workflow"]["graph"]["nodes"].append({"id": "k", "data": {"type": "agent", "title": "KB"}})
+    doc["workflow"]["graph"]["nodes"].append(
+        {"id": "k", "data": {"type": "human-input", "title": "KB"}}
+    )
     doc["workflow"]["graph"]["edges"].append({"source": "answer", "target": "ghost"})
     flow = tmp_path / "bad.yml"
     flow.write_text(yaml.safe_dump(doc))
@@ -185,7 +187,9 @@ def test_validate_prints_all_problems_and_exits_2(tmp_path: Path) -> None:
         'node llm "Chat model" (llm): retry_config.max_retries must be an integer between 0 and 10, got "three"'
         in result.stderr
     )
-    assert 'node k "KB" (agent): node type "agent" is not supported yet' in result.stderr
+    assert (
+        'node k "KB" (human-input): node type "human-input" is not supported yet' in result.stderr
+    )
     assert "connects node ghost, which does not exist" in result.stderr
     assert "Traceback" not in result.stderr
 

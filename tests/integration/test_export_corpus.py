@@ -68,10 +68,10 @@ def test_corpus_counts(capsys: pytest.CaptureFixture[str]) -> None:
 def test_validate_on_the_command_line() -> None:
     loads = firstgate("validate", str(CORPUS / "editor_defaults_chat.yml"))
     assert loads.returncode == 0, loads.stderr
-    refused = firstgate("validate", str(CORPUS / "iteration_workflow.yml"))
+    refused = firstgate("validate", str(CORPUS / "human_input_workflow.yml"))
     assert refused.returncode == 2
     assert "has 1 problem(s)" in refused.stderr
-    assert '(iteration): node type "iteration" is not supported yet' in refused.stderr
+    assert '(human-input): node type "human-input" is not supported yet' in refused.stderr
     assert "Traceback" not in refused.stderr
 
 

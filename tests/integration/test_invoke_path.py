@@ -146,6 +146,15 @@ def test_openai_tool_calls_go_out_as_tools_and_come_back_whole(stream: bool) -> 
     assert reply.finish_reason == "tool_calls" and reply.text == ""
 
 
+def test_the_tools_schemas_count_in_the_prompt_behind_the_first_token_budget() -> None:
+    # A server reads the tools' schemas before it answers: the formula's budget grows.
+    with route(ma.answer("noon"), ma.answer("noon")) as (_, plan):
+        bare = invoke(plan, request(), Sinks())
+        tooled = invoke(plan, request(tools=(TOOL,)), Sinks())
+    assert tooled.prompt_tokens > bare.prompt_tokens
+    assert tooled.budgets["r"].prompt_tokens == tooled.prompt_tokens
+
+
 def test_a_streamed_tool_call_counts_as_the_first_token() -> None:
     def slow_arguments(conn: fake.Conn) -> None:
         conn.send_headers()

@@ -93,6 +93,26 @@ def test_an_answer_without_json_fails_into_the_error_strategy(tmp_path: Path) ->
     assert "I think this is about shipping." in done.outputs["message"]
 
 
+def test_default_values_naming_no_class_take_the_first_class_edge(tmp_path: Path) -> None:
+    # A branch node under default-value must still take exactly one branch.
+    default = [{"key": "class_name", "type": "string", "value": "unsure"}]
+    data = {**mf.classifier_data(), "error_strategy": "default-value", "default_value": default}
+    flow = mf.workflow(
+        [
+            {"id": "n", "data": data},
+            mf.end("billing", name=["n", "class_name"], id=["n", "class_id"]),
+            mf.end("shipping", name=["n", "class_name"]),
+        ],
+        [("start", "n", "source"), ("n", "billing", "c1"), ("n", "shipping", "c2")],
+    )
+    with fake.FakeLLMServer(ma.in_turn(ma.answer("no JSON here"))) as srv:
+        events = mf.run(tmp_path, flow, mf.routes(srv))
+    (handled,) = mf.of(events, ev.NodeException)
+    assert handled.strategy == "default-value"
+    assert {e.node_id for e in mf.of(events, ev.NodeSucceeded)} == {"start", "billing"}
+    assert mf.final(events).outputs["name"] == "unsure"
+
+
 def test_class_names_and_the_instruction_are_templates(tmp_path: Path) -> None:
     classes = [{"id": "c1", "name": "About {{#start.q#}}"}, {"id": "c2", "name": "Other"}]
     with fake.FakeLLMServer(ma.in_turn(ma.answer('{"category_id": "c1"}'))) as srv:

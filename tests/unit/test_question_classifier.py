@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from nodes import json_answer
 from nodes import question_classifier as qc
 from nodes.json_answer import read_json_object
 
@@ -63,6 +64,22 @@ def test_the_reader_is_bounded_on_hostile_text() -> None:
     assert read_json_object(text) is None
 
 
+def test_only_a_bounded_number_of_openings_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Deeply nested braces that never parse: every opening starts a span as
+    # long as the text, so trying them all would be quadratic.
+    tried = 0
+
+    def counting(text: str) -> None:
+        nonlocal tried
+        tried += 1
+        assert tried <= json_answer.MAX_OPENINGS + 2, "an unbounded number of openings"
+
+    monkeypatch.setattr(json_answer, "_loads", counting)
+    monkeypatch.setattr(json_answer, "MAX_REPAIR_CHARS", 0)  # the strict reading only
+    assert read_json_object("{" * 2000 + "}" * 2000) is None
+    assert tried > json_answer.MAX_OPENINGS
+
+
 def data(mode: str = "chat", instruction: str = "") -> qc.Data:
     return qc.Data.model_validate(
         {
@@ -107,9 +124,8 @@ def test_the_answer_schema_allows_only_class_ids() -> None:
             {"classes": [{"id": "1", "name": "a"}, {"id": "1", "name": "b"}]},
             "dsl.classifier.duplicateClass",
         ),
-        ({"vision": {"enabled": True}}, "dsl.classifier.vision"),
     ],
-    ids=["no-classes", "duplicate-ids", "vision"],
+    ids=["no-classes", "duplicate-ids"],
 )
 def test_bad_classifier_data_is_refused_by_name(patch: dict, key: str) -> None:
     from pydantic import ValidationError

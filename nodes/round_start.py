@@ -1,0 +1,30 @@
+"""Where a container's round starts (`iteration-start`, `loop-start`): the
+editor draws one inside every iteration and loop. It runs no code and reports
+no events (Dify reports none either); the round's first nodes follow it."""
+
+from __future__ import annotations
+
+from nodes.base import NodeContext, NodeResult, Role
+from nodes.config import BaseNodeData
+from nodes.selectors import Selector
+
+TYPE = "iteration-start"
+ALIASES = ("loop-start",)
+ROLE = Role.ROUND_START
+SUPPORTS_RETRY = False
+
+
+class Data(BaseNodeData):
+    pass
+
+
+def selectors(data: Data) -> list[Selector]:
+    return []
+
+
+def output_names(data: Data) -> set[str]:
+    return set()
+
+
+def run(data: Data, ctx: NodeContext) -> NodeResult:
+    return NodeResult()  # never called: the engine takes its edges
