@@ -1,5 +1,8 @@
 """2. Cancel latency: from `gate.cancel()` (and from a workflow's `run.abort()`)
 to the blocked read returning. Baseline: `response.close()` from another thread.
+Also `run.abort()` inside a parallel iteration whose four rounds each block in
+an LLM stream: the time until the last round's node has stopped (issue 13:
+every in-flight child within 10 ms).
 
     python -m bench.cancel [--gevent] [--trials 50]
 """
@@ -79,6 +82,69 @@ def abort_latency(workflow, routes: RuntimeSettings) -> tuple[float, float]:
     raise RuntimeError("no terminal event")
 
 
+ROUNDS = 4
+
+
+def iteration_flow() -> dict:
+    """start -> a parallel iteration of ROUNDS LLM calls (each blocks) -> end."""
+    llm = one_llm_flow("cancel", provider="bench", model="m", first_token_timeout_ms=30000)
+    ask = llm["workflow"]["graph"]["nodes"][1]
+    ask["data"]["prompt_template"] = [{"role": "user", "text": "SILENCE {{#it.item#}}"}]
+    nodes = [
+        {"id": "start", "data": {"type": "start", "title": "s", "variables": []}},
+        {
+            "id": "it",
+            "data": {
+                "type": "iteration",
+                "title": "it",
+                "iterator_selector": ["conversation", "words"],
+                "output_selector": ["ask", "text"],
+                "start_node_id": "itstart",
+                "is_parallel": True,
+                "parallel_nums": ROUNDS,
+            },
+        },
+        {"id": "itstart", "parentId": "it", "data": {"type": "iteration-start", "title": ""}},
+        {"id": "ask", "parentId": "it", "data": ask["data"]},
+    ]
+    edges = [
+        {"source": "start", "target": "it"},
+        {"source": "itstart", "target": "ask"},
+    ]
+    words = [f"w{i}" for i in range(ROUNDS)]
+    return {
+        "version": "0.3.1",
+        "kind": "app",
+        "app": {"name": "cancel-in-iteration", "mode": "advanced-chat"},
+        "workflow": {
+            "conversation_variables": [
+                {"id": "words", "name": "words", "value_type": "array[string]", "value": words}
+            ],
+            "graph": {"nodes": nodes, "edges": edges},
+        },
+    }
+
+
+def container_abort_latency(workflow, routes: RuntimeSettings) -> tuple[float, float]:
+    """run.abort() while ROUNDS rounds block in their LLM streams: (abort -> the
+    last round's NodeStopped, abort -> the run's terminal event)."""
+    run = workflow.run({}, query="go", settings=routes)
+    start = last_stopped = 0.0
+    started = 0
+    for event in run:
+        if isinstance(event, ev.NodeStarted) and event.node_id == "ask":
+            started += 1
+            if started == ROUNDS:
+                time.sleep(SETTLE_S)
+                start = time.perf_counter()
+                run.abort("bench")
+        elif isinstance(event, ev.NodeStopped) and event.node_id == "ask":
+            last_stopped = time.perf_counter()
+        elif isinstance(event, ev.WorkflowFinished):
+            return last_stopped - start, time.perf_counter() - start
+    raise RuntimeError("no terminal event")
+
+
 def close_baseline(url: str) -> float | None:
     """httpx response.close() from another thread while a read blocks (read=None)."""
     client = httpx.Client(timeout=httpx.Timeout(None, connect=5.0))
@@ -127,6 +193,10 @@ def main() -> None:
         )
         workflow = load_workflow(flow())
         aborts = [abort_latency(workflow, routes) for _ in range(args.trials)]
+        in_iteration = load_workflow(iteration_flow())
+        container_aborts = [
+            container_abort_latency(in_iteration, routes) for _ in range(args.trials)
+        ]
         baseline = close_baseline(f"{server.base_url}/chat/completions")
         client.close()
     p50, p99 = percentile(cancel, 50), percentile(cancel, 99)
@@ -141,6 +211,19 @@ def main() -> None:
         f"  p99 {ms(n99)}  [{verdict}] (upper bound of the read returning)"
     )
     line(f"run.abort() -> WorkflowStopped: p50 {ms(percentile(whole, 50))}  p99 {ms(w99)}")
+    last = [a[0] for a in container_aborts]
+    l99 = percentile(last, 99)
+    verdict = "ok" if l99 < 0.010 else "MISSED (target p99 < 10 ms)"
+    line(
+        f"run.abort() in a parallel iteration -> the last of {ROUNDS} rounds' NodeStopped:"
+        f" p50 {ms(percentile(last, 50))}  p99 {ms(l99)}  [{verdict}]"
+        f" (single node p99 {ms(n99)}: ratio {ratio(l99, n99)})"
+    )
+    whole = [a[1] for a in container_aborts]
+    line(
+        f"run.abort() in a parallel iteration -> WorkflowStopped: p50 {ms(percentile(whole, 50))}"
+        f"  p99 {ms(percentile(whole, 99))}"
+    )
     if baseline is None:
         line(
             f"baseline httpx response.close() from another thread: read still blocked after"

@@ -25,6 +25,7 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.http_request", ["--requests=500"], True),
     ("bench.knowledge", ["--docs=10000", "--queries=300"], False),
     ("bench.serve", ["--streams=1000", "--stops=200"], False),  # always gevent
+    ("bench.distributed", ["--runs=1000", "--streams=1000", "--stops=200"], False),
     ("bench.code_node", ["--calls=300", "--spawns=50"], True),
     ("bench.template_render", ["--renders=20000", "--isolated=200"], False),
     ("bench.validate", ["--repeat=5"], False),
@@ -39,6 +40,7 @@ QUICK = {
     "bench.http_request": ["--requests=50"],
     "bench.knowledge": ["--docs=500", "--queries=30"],
     "bench.serve": ["--streams=100", "--stops=40"],
+    "bench.distributed": ["--latency-runs=20", "--runs=100", "--streams=100", "--stops=20"],
     "bench.code_node": ["--calls=30", "--spawns=5"],
     "bench.template_render": ["--renders=2000", "--isolated=20"],
     "bench.validate": ["--sizes=1000,10000", "--repeat=1", "--parse-nodes=400"],

@@ -125,10 +125,10 @@ def run_inprocess(model_url: str, streams: int, workdir: Path) -> dict[str, Any]
     import gevent
 
     from runtime.loader import load_workflow
-    from runtime.route_clients import RouteClients
+    from runtime.route_clients import RouteClients, SharedClients
     from runtime.routes import ModelRoutes
     from runtime.settings import load_settings
-    from serve.server import MAX_ROUTE_CONNECTIONS, SharedClients, raise_open_file_limit
+    from serve.server import MAX_ROUTE_CONNECTIONS, raise_open_file_limit
     from store import open_store
 
     raise_open_file_limit()

@@ -15,7 +15,10 @@ unblocks the socket.
   cut off.
 - The body is read in chunks and counted after decoding: over the cap (text and
   binary separately) is an error naming the limit, never a truncated body. A
-  declared Content-Length over the cap fails before the body is read.
+  declared Content-Length over the cap fails before the body is read. A
+  compressed body (gzip, deflate: the codings the client asks for) is inflated
+  here at most `_CHUNK` bytes per step, so a few kilobytes of a compression bomb
+  never become megabytes in memory before the cap sees them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import re
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -60,6 +64,10 @@ MAX_WRITE_TIMEOUT_S = 600
 
 _SNIFF_BYTES = 1024
 _CHUNK = 64 * 1024
+# The content codings the client asks for and inflates itself, bounded (httpx
+# would inflate a whole network chunk at once: 64 KiB of gzip can be 64 MiB).
+ACCEPT_ENCODING = "gzip, deflate"
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 class CancelLike(Protocol):
@@ -409,6 +417,7 @@ class GuardedHttp:
                     follow_redirects=True,
                     max_redirects=self.limits.max_redirects,
                     trust_env=False,
+                    headers={"Accept-Encoding": ACCEPT_ENCODING},
                 )
             return client
 
@@ -482,7 +491,8 @@ class GuardedHttp:
             timeout=timeout,
         ) as response:
             headers = dict(response.headers)
-            content, is_file = self._read_body(response.iter_bytes(_CHUNK), headers)
+            chunks = decoded(response.iter_raw(_CHUNK), headers.get("content-encoding", ""))
+            content, is_file = self._read_body(chunks, headers)
             return HttpReply(
                 status_code=response.status_code,
                 headers=headers,
@@ -526,3 +536,46 @@ class GuardedHttp:
             if len(body) > self._cap(decided)[0]:
                 raise self._too_large(decided)
         return bytes(body), decided
+
+
+def decoded(raw: Iterable[bytes], content_encoding: str) -> Iterator[bytes]:
+    """The body with its content codings undone as httpx undoes them (the last
+    applied first; codings it does not know are left as they are), in pieces of
+    at most `_CHUNK` bytes however much one compressed chunk expands."""
+    chunks: Iterator[bytes] = iter(raw)
+    for coding in reversed(content_encoding.split(",")):
+        wbits = _WBITS.get(coding.strip().lower())
+        if wbits is not None:
+            chunks = _inflate(chunks, wbits)
+    return chunks
+
+
+def _inflate(chunks: Iterator[bytes], wbits: int) -> Iterator[bytes]:
+    inflater = zlib.decompressobj(wbits)
+    started = False
+    for chunk in chunks:
+        pending = chunk
+        while pending and not inflater.eof:
+            try:
+                out = inflater.decompress(pending, _CHUNK)
+            except zlib.error as exc:
+                if not started and wbits == zlib.MAX_WBITS:
+                    # "deflate" sent without its zlib wrapper: httpx accepts it too
+                    wbits = -zlib.MAX_WBITS
+                    inflater = zlib.decompressobj(wbits)
+                    continue
+                raise httpx.DecodingError(f"the {_coding(wbits)} body is corrupt: {exc}") from None
+            started = True
+            pending = inflater.unconsumed_tail
+            if out:
+                yield out
+    # What the last step's limit held back.
+    while not inflater.eof:
+        out = inflater.decompress(b"", _CHUNK)
+        if not out:
+            break
+        yield out
+
+
+def _coding(wbits: int) -> str:
+    return "gzip" if wbits > zlib.MAX_WBITS else "deflate"

@@ -79,6 +79,9 @@ class ToolMessage:
     value: Any = None
     stream: bool = False
     meta: Mapping[str, Any] = field(default_factory=dict)
+    # A json message that repeats what a text message says (Dify's workflow
+    # tool): an agent's observation leaves it out; the node's `json` keeps it.
+    suppress_output: bool = False
 
     @property
     def mime_type(self) -> str:
@@ -95,8 +98,10 @@ def text(value: str) -> ToolMessage:
     return ToolMessage(MessageType.TEXT, text=value)
 
 
-def json_message(value: dict[str, Any] | list[Any]) -> ToolMessage:
-    return ToolMessage(MessageType.JSON, json=value)
+def json_message(
+    value: dict[str, Any] | list[Any], *, suppress_output: bool = False
+) -> ToolMessage:
+    return ToolMessage(MessageType.JSON, json=value, suppress_output=suppress_output)
 
 
 def blob(data: bytes, mime_type: str) -> ToolMessage:
@@ -158,7 +163,8 @@ def parse_wire_message(raw: object) -> ToolMessage:
             value = payload.get("json_object")
             if not isinstance(value, dict | list):
                 raise _bad("a json message without a JSON object")
-            return ToolMessage(kind, json=value, meta=meta)
+            quiet = payload.get("suppress_output") is True
+            return ToolMessage(kind, json=value, meta=meta, suppress_output=quiet)
         case MessageType.BLOB:
             return ToolMessage(kind, blob=_decode_blob(payload.get("blob")), meta=meta)
         case MessageType.BLOB_CHUNK:

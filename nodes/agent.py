@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from nodes import agent_plugin
 from nodes.agent_strategies import Rounds, function_calling, react
@@ -87,8 +87,12 @@ class Data(BaseNodeData):
             if v is not None
         }
 
+    # The tools as checked at load time, with the runtime settings that define
+    # `api` and `workflow` tools (the node runs with what was checked).
+    _tools: list[ToolEntry] | None = PrivateAttr(default=None)
+
     @model_validator(mode="after")
-    def _runs_here(self) -> Data:
+    def _runs_here(self, info: ValidationInfo) -> Data:
         provider = self.agent_strategy_provider_name
         if self.plugin:
             return self  # the plugin checks its own parameters
@@ -103,7 +107,7 @@ class Data(BaseNodeData):
         model = self.model  # checked here: a missing model is a load-time problem
         if not model.name:
             raise dsl_error("dsl.agent.model", "the agent has no model")
-        _ = self.tools  # each entry is checked as it is read
+        self._tools = self._read_tools((info.context or {}).get("settings"))
         iterations = self.maximum_iterations
         if not 1 <= iterations <= MAX_ITERATIONS:
             raise dsl_error(
@@ -147,10 +151,17 @@ class Data(BaseNodeData):
 
     @property
     def tools(self) -> list[ToolEntry]:
+        if self._tools is None:
+            self._tools = self._read_tools(None)
+        return self._tools
+
+    def _read_tools(self, settings: Any) -> list[ToolEntry]:
+        """Each entry checked as it is read (a tool that cannot run here is refused)."""
         raw = self._value("tools") or []
         if not isinstance(raw, list):
             raise dsl_error("dsl.agent.tools", "the agent's tools must be a list")
-        return [ToolEntry.model_validate(entry) for entry in raw]
+        context = {"settings": settings}
+        return [ToolEntry.model_validate(entry, context=context) for entry in raw]
 
     @property
     def maximum_iterations(self) -> int:

@@ -242,7 +242,8 @@ def _observe(messages: Iterable[ToolMessage], ctx: NodeContext) -> ToolRun:
             parts.append(f"link: {message.text}\n")
         elif kind is MessageType.JSON and message.json is not None:
             run.json.append(message.json)
-            parts.append(json.dumps(message.json, ensure_ascii=False))
+            if not message.suppress_output:
+                parts.append(json.dumps(message.json, ensure_ascii=False))
         elif kind in (MessageType.IMAGE, MessageType.IMAGE_LINK, MessageType.BINARY_LINK):
             parts.append(f"a file was produced and shown to the user: {message.text}\n")
         elif kind is MessageType.BLOB:

@@ -1,6 +1,6 @@
 """Tool node: Dify's fields and outputs; the call goes to a built-in tool, an
-MCP server's tool or a plugin's tool through the plugin daemon
-(`nodes.tool_providers`).
+MCP server's tool, a plugin's tool through the plugin daemon, an OpenAPI
+operation or another workflow (`nodes.tool_providers`).
 
 Fields: `provider_id`, `provider_type`, `provider_name`, `tool_name`,
 `tool_parameters` (per parameter `{type: mixed | variable | constant,

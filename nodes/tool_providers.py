@@ -201,7 +201,7 @@ class WorkflowToolProvider:
             for file in (value if isinstance(value, list) else [value])
         ]
         messages.append(text(json.dumps(jsonable(rest), ensure_ascii=False)))
-        messages.append(json_message(jsonable(rest)))
+        messages.append(json_message(jsonable(rest), suppress_output=True))
         return messages
 
 

@@ -24,6 +24,7 @@ from connectors.guarded_http import CancelLike
 from connectors.tool_messages import ToolCancelledError, ToolError, ToolTimeoutError
 from runtime import events as ev
 from runtime.limits import RunLimits
+from runtime.route_clients import RouteClients, SharedClients
 
 if TYPE_CHECKING:
     from nodes.base import Clients
@@ -44,6 +45,8 @@ class ToolWorkflow(Protocol):
 
     @property
     def chat(self) -> bool: ...
+
+    def llm_providers(self) -> set[str]: ...
 
     def run(self, inputs: Mapping[str, Any], **options: Any) -> InnerRun: ...
 
@@ -107,7 +110,7 @@ class WorkflowTools:
             inner = workflow.run(
                 dict(inputs),
                 settings=self.settings,
-                clients=self.clients,
+                clients=self._lend_clients(workflow),
                 code_executor=self.code_executor,
                 limits=RunLimits(max_run_seconds=timeout_s),
             )
@@ -128,6 +131,19 @@ class WorkflowTools:
             _DEPTH.reset(token)
         # The run's own values (file objects), not the event's serialized copy.
         return _outputs(final, inner.outputs, provider_id, timeout_s, cancel)
+
+    def _lend_clients(self, workflow: ToolWorkflow) -> Any:
+        """The outer run's model routes for the inner run, which must not close
+        them (the outer run calls models after the tool too); the routes the
+        inner workflow adds are checked, and the embedded server started if it
+        needs it, as its own run would."""
+        if not isinstance(self.clients, RouteClients):
+            return self.clients  # an embedder's own clients, or none: the run builds routes
+        providers = workflow.llm_providers()
+        self.clients.routes.check(providers)
+        if self.clients.needs_local(providers):
+            self.clients.start_local()
+        return SharedClients(self.clients)
 
 
 def _outputs(

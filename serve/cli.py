@@ -54,6 +54,8 @@ def _serve_parser():  # type: ignore[no-untyped-def]
 
 def _add_broker_arguments(parser, *, required: bool) -> None:  # type: ignore[no-untyped-def]
     """The distributed mode's settings: `serve --broker` and `worker` take the same ones."""
+    from serve.distributed import settings as defaults
+
     group = parser.add_argument_group("runs on Celery workers (give serve and worker the same)")
     group.add_argument(
         "--broker",
@@ -65,19 +67,19 @@ def _add_broker_arguments(parser, *, required: bool) -> None:  # type: ignore[no
     group.add_argument(
         "--time-limit",
         type=float,
-        default=1200.0,
+        default=defaults.DEFAULT_TIME_LIMIT_S,
         help="seconds a run may take on a worker before it is ended as failed",
     )
     group.add_argument(
         "--visibility-timeout",
         type=float,
-        default=3600.0,
+        default=defaults.DEFAULT_VISIBILITY_TIMEOUT_S,
         help="seconds before the broker hands a taken, unacknowledged message out again",
     )
     group.add_argument(
         "--lease",
         type=float,
-        default=30.0,
+        default=defaults.DEFAULT_LEASE_S,
         help="seconds without a heartbeat after which a worker's run counts as lost",
     )
     group.add_argument(

@@ -1,4 +1,6 @@
-"""gunicorn settings for `serve.wsgi`: one gevent worker, a drain on SIGTERM.
+"""gunicorn settings for `serve.wsgi`: one gevent worker (runs live in the process
+that started them), or `FIRSTGATE_HTTP_WORKERS` of them when runs execute on Celery
+workers (`FIRSTGATE_BROKER`); a drain on SIGTERM.
 
 gunicorn's graceful timeout waits for open requests; runs whose client has
 gone are not requests any more, so `worker_exit` drains them the way the
@@ -9,7 +11,9 @@ import os
 from serve.server import DEFAULT_GRACE_S, raise_open_file_limit
 
 worker_class = "gevent"
-workers = 1
+workers = (
+    int(os.environ.get("FIRSTGATE_HTTP_WORKERS", "1")) if os.environ.get("FIRSTGATE_BROKER") else 1
+)
 worker_connections = 4096
 bind = os.environ.get("FIRSTGATE_BIND", "127.0.0.1:5001")
 graceful_timeout = int(float(os.environ.get("FIRSTGATE_GRACE", DEFAULT_GRACE_S))) + 5

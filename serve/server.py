@@ -25,12 +25,11 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from locales import t
 from runtime.code_executors import build_code_executor
 from runtime.limits import RunLimits
-from runtime.route_clients import RouteClients
+from runtime.route_clients import RouteClients, SharedClients
 from runtime.routes import ModelRoutes
 from runtime.settings import RuntimeSettings
 from serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
@@ -65,17 +64,6 @@ class ServeConfig:
     limits: RunLimits | None = None  # None: the engine's defaults
     # Runs on Celery workers (`--broker`); None: in this process.
     distributed: DistributedSettings | None = None
-
-
-class SharedClients:
-    """The process's model routes, shared by every run (one connection pool per
-    route, one embedded llama-server). A run's engine does not close them."""
-
-    def __init__(self, clients: RouteClients) -> None:
-        self._clients = clients
-
-    def plan_for(self, provider: str) -> Any:
-        return self._clients.plan_for(provider)
 
 
 def raise_open_file_limit() -> None:
@@ -153,7 +141,11 @@ class Service:
 def build_service(
     config: ServeConfig, environ: Mapping[str, str], directory: AppDirectory | None = None
 ) -> Service:
-    apps = directory if directory is not None else load_directory(config.apps_dir, environ)
+    apps = (
+        directory
+        if directory is not None
+        else load_directory(config.apps_dir, environ, config.settings)
+    )
     uploads_dir = config.uploads_dir or _default_uploads(config.database)
     uploads_dir.mkdir(parents=True, exist_ok=True)
     distributed = config.distributed
@@ -207,7 +199,7 @@ def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None)
     from gevent.pywsgi import WSGIServer
 
     environ = os.environ if environ is None else environ
-    apps = load_directory(config.apps_dir, environ)
+    apps = load_directory(config.apps_dir, environ, config.settings)
     report_apps(apps, config.locale)
     if not apps.apps:
         print(t("serve.start.noApps", config.locale, dir=str(config.apps_dir)), file=sys.stderr)

@@ -5,8 +5,10 @@
 Settings come from the environment: `FIRSTGATE_APPS_DIR` (required),
 `FIRSTGATE_MODELS` (the settings file), `FIRSTGATE_DATABASE_URL` or
 `FIRSTGATE_STATE`, `FIRSTGATE_UPLOADS`, `FIRSTGATE_GRACE`. One worker
-process: runs and their stop requests live in the process that started them
-(several processes need the Celery/Redis mode).
+process: runs and their stop requests live in the process that started them.
+With `FIRSTGATE_BROKER` (and the other settings of `serve --broker`, see
+`serve.distributed.settings.settings_from_env`) runs execute on `firstgate
+worker` processes and `FIRSTGATE_HTTP_WORKERS` API processes may serve them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 from pathlib import Path
 
 from runtime.settings import load_settings
+from serve.distributed.settings import require_shared_store, settings_from_env
 from serve.server import DEFAULT_GRACE_S, ServeConfig, Service, build_service, report_apps
 
 SERVICE: Service | None = None
@@ -23,12 +26,17 @@ SERVICE: Service | None = None
 def config_from_env() -> ServeConfig:
     models = os.environ.get("FIRSTGATE_MODELS")
     uploads = os.environ.get("FIRSTGATE_UPLOADS")
+    database = os.environ.get("FIRSTGATE_DATABASE_URL") or os.environ.get("FIRSTGATE_STATE")
+    distributed = settings_from_env(os.environ)
+    if distributed is not None:
+        database = require_shared_store(database)
     return ServeConfig(
         apps_dir=Path(os.environ["FIRSTGATE_APPS_DIR"]),
         settings=load_settings(models) if models else None,
-        database=os.environ.get("FIRSTGATE_DATABASE_URL") or os.environ.get("FIRSTGATE_STATE"),
+        database=database,
         uploads_dir=Path(uploads) if uploads else None,
         grace=float(os.environ.get("FIRSTGATE_GRACE", DEFAULT_GRACE_S)),
+        distributed=distributed,
     )
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from tests.serve_support import APPS, KEYS, ROOT, models_file
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -44,7 +44,7 @@ def redis_server_binary() -> str:
 @dataclass
 class RedisServer:
     directory: Path
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
     @property

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -81,3 +82,22 @@ def require_shared_store(database: str | None) -> str:
     if not database or not is_postgres_url(database):
         raise DistributedError("serve.worker.sqlite")
     return database
+
+
+def settings_from_env(environ: Mapping[str, str]) -> DistributedSettings | None:
+    """The same settings for the production entry point (`serve.wsgi`):
+    `FIRSTGATE_BROKER` (None without it), `FIRSTGATE_QUEUE`, `FIRSTGATE_TIME_LIMIT`,
+    `FIRSTGATE_VISIBILITY_TIMEOUT`, `FIRSTGATE_LEASE`, `FIRSTGATE_MAX_ATTEMPTS`."""
+    broker = environ.get("FIRSTGATE_BROKER")
+    if not broker:
+        return None
+    return DistributedSettings(
+        broker=broker,
+        queue=environ.get("FIRSTGATE_QUEUE", "firstgate"),
+        time_limit=float(environ.get("FIRSTGATE_TIME_LIMIT", DEFAULT_TIME_LIMIT_S)),
+        visibility_timeout=float(
+            environ.get("FIRSTGATE_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT_S)
+        ),
+        lease=float(environ.get("FIRSTGATE_LEASE", DEFAULT_LEASE_S)),
+        max_attempts=int(environ.get("FIRSTGATE_MAX_ATTEMPTS", "1")),
+    )

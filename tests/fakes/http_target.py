@@ -11,19 +11,45 @@ Paths:
   /liar-long          Content-Length 1000, sends 10 bytes and closes
   /liar-short         Content-Length 5, sends 50 bytes
   /file               a small PNG-typed body with a Content-Disposition filename
+  /packed?mb=N&coding=C  N MiB of text compressed with C (gzip, deflate, raw-deflate
+                      or a list like "gzip, gzip"): mb=100 is a compression bomb
   /docs/NAME          `documents[NAME]`: (content type, bytes)
 Every request is recorded in `requests`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.fakes.serving import Serving
+
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "raw-deflate": -zlib.MAX_WBITS}
+
+
+@functools.lru_cache(maxsize=8)
+def packed(mb: float, coding: str) -> bytes:
+    """`mb` MiB of one repeated line, compressed by each coding in turn
+    (built a block at a time: the plain text is never all in memory)."""
+    block = b"all work and no play\n" * 3000
+    total = int(mb * 1024 * 1024)
+    packer = zlib.compressobj(9, zlib.DEFLATED, _WBITS[coding.split(",")[0].strip()])
+    parts: list[bytes] = []
+    sent = 0
+    while sent < total:
+        piece = block[: total - sent]
+        parts.append(packer.compress(piece))
+        sent += len(piece)
+    body = b"".join([*parts, packer.flush()])
+    for more in coding.split(",")[1:]:
+        again = zlib.compressobj(9, zlib.DEFLATED, _WBITS[more.strip()])
+        body = again.compress(body) + again.flush()
+    return body
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -132,6 +158,14 @@ class _Handler(BaseHTTPRequestHandler):
                 "image/png",
                 Content_Disposition='attachment; filename="pixel.png"',
             )
+        elif path == "/packed":
+            coding = query.get("coding", "gzip")
+            body = packed(float(query.get("mb", "1")), coding)
+            shown = coding.replace("raw-deflate", "deflate")
+            try:
+                self._send(200, body, query.get("type", "text/plain"), Content_Encoding=shown)
+            except OSError:
+                self.close_connection = True  # the client hung up at its size cap
         elif path.startswith("/docs/"):
             name = path.rsplit("/", 1)[1]
             content = self.server.documents.get(name)

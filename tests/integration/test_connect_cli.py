@@ -1,7 +1,8 @@
 """Each node type that reaches the outside world, run through the CLI
 (`firstgate run FLOW --models SETTINGS --json`) from the corpus files in
-`tests/flows/`, against the real-socket fakes: tool (built-in, plugin daemon,
-MCP server), http-request, document-extractor, knowledge-retrieval."""
+`tests/corpus/`, against the real-socket fakes: tool (built-in, plugin daemon,
+MCP server, an OpenAPI operation, another workflow), http-request,
+document-extractor, knowledge-retrieval."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import yaml
 from runtime import load_workflow
 from runtime.problems import DslError
 from tests import documents
+from tests.connect_support import chain_flow
 from tests.fakes import mcp_server
 from tests.fakes.http_target import HttpTarget
 from tests.fakes.plugin_daemon import FakePluginDaemon
@@ -114,6 +116,40 @@ def test_an_api_tool_runs_once_the_settings_define_it(target: HttpTarget, tmp_pa
     code, events, text = run_json(flow, settings, tmp_path, "city=Oslo")
     assert code == 0, text
     assert json.loads(outputs(events)["forecast"])["path"] == "/echo/Oslo"
+
+
+def test_a_workflow_tool_runs_once_the_settings_define_it(tmp_path: Path) -> None:
+    inner = chain_flow(
+        [("fmt", "template-transform", {
+            "template": "{{ city }} in short",
+            "variables": [{"variable": "city", "value_selector": ["start", "city"]}],
+        })],
+        {"summary": ["fmt", "output"]},
+        start_variables=[{"variable": "city", "type": "text-input", "label": "city"}],
+    )  # fmt: skip
+    call = {
+        "provider_id": "wf-brief",
+        "provider_type": "workflow",
+        "provider_name": "Brief",
+        "tool_name": "brief",
+        "tool_parameters": {"city": {"type": "mixed", "value": "{{#start.city#}}"}},
+    }
+    flow = chain_flow(
+        [("call", "tool", call)],
+        {"text": ["call", "text"]},
+        start_variables=[{"variable": "city", "type": "text-input", "label": "city"}],
+    )
+    (tmp_path / "brief.yml").write_text(yaml.safe_dump(inner))
+    (tmp_path / "outer.yml").write_text(yaml.safe_dump(flow))
+    refused = firstgate("validate", str(tmp_path / "outer.yml"))
+    assert refused.returncode == 2
+    assert "Brief is a Dify workflow tool" in refused.stderr
+    settings = {
+        "tools": {"workflow_providers": {"wf-brief": {"file": str(tmp_path / "brief.yml")}}}
+    }
+    code, events, text = run_json(tmp_path / "outer.yml", settings, tmp_path, "city=Oslo")
+    assert code == 0, text
+    assert json.loads(outputs(events)["text"]) == {"summary": "Oslo in short"}
 
 
 def test_builtin_time_tools_through_the_cli(tmp_path: Path) -> None:

@@ -173,6 +173,29 @@ def test_an_empty_iteration_outputs_an_empty_list() -> None:
     assert not [e for e in events if isinstance(e, ev.ContainerNext)]
 
 
+def test_an_older_iteration_without_a_start_node_runs_from_its_first_node() -> None:
+    # Exports from before `iteration-start`: `start_node_id` names the first inner node.
+    doc = flow(
+        [
+            node(
+                "it",
+                "iteration",
+                iterator_selector=["conversation", "words"],
+                output_selector=["b", "output"],
+                start_node_id="a",
+            ),
+            {**template("a", "{{ w }}", "it", w=["it", "item"]), "isIterationStart": True},
+            template("b", "{{ w }}-{{ i }}", "it", w=["a", "output"], i=["it", "index"]),
+            end(out=["it", "output"]),
+        ],
+        [edge("start", "it"), edge("a", "b"), edge("it", "end")],
+        conversation={"words": ("array[string]", list(WORDS))},
+    )
+    assert final(list(load_workflow(doc).run({}))).outputs == {
+        "out": [f"{w}-{i}" for i, w in enumerate(WORDS)]
+    }
+
+
 def test_an_iteration_over_something_not_a_list_fails_clearly() -> None:
     doc = flow(
         [
@@ -203,7 +226,8 @@ def test_parallel_rounds_run_at_once_and_keep_the_items_order() -> None:
     def reply(request: fake.RecordedRequest) -> fake.Scenario:
         word = next(w for w in WORDS if w.encode() in request.body)
         barrier.wait()
-        return fake.tokens([word.upper(), "!"], interval=0.01 * WORDS.index(word))
+        # The last item finishes first: the outputs keep the items' order anyway.
+        return fake.tokens([word.upper(), "!"], interval=0.02 * (len(WORDS) - WORDS.index(word)))
 
     doc = words_flow(
         [llm("ask", "it", "say {{#it.item#}}")],
@@ -607,3 +631,72 @@ def test_nested_an_iteration_inside_a_loop_writes_the_loops_variable() -> None:
     assert {e.to_dict()["data"]["iteration_id"] for e in keeps} == {"it"}
     its = [e for e in events if isinstance(e, ev.ContainerCompleted) and e.node_id == "it"]
     assert [e.container.index for e in its if e.container] == [0, 1]
+
+
+def test_an_answer_in_a_round_waits_for_the_assigner_that_writes_what_it_shows() -> None:
+    # The answer follows the assigner (the shape of Dify's streaming fixtures)
+    # and shows the conversation variable it writes: each round streams its own
+    # value, never the one before (issue 10's rule, kept inside containers).
+    setter = add("put", "it", ["conversation", "said"], None, "over-write")
+    setter["data"]["items"][0].update({"input_type": "variable", "value": ["it", "item"]})
+    doc = flow(
+        [
+            *iteration("it", ["conversation", "words"], ["say", "answer"]),
+            setter,
+            node("say", "answer", "it", answer="[{{#conversation.said#}}]"),
+        ],
+        [edge("start", "it"), edge("itstart", "put"), edge("put", "say")],
+        conversation={"words": ("array[string]", list(WORDS)), "said": ("string", "none")},
+        mode="advanced-chat",
+    )
+    events = list(load_workflow(doc).run({}, query="go"))
+    assert isinstance(final(events), ev.WorkflowSucceeded)
+    text = "".join(e.text for e in events if isinstance(e, ev.TextChunk))
+    assert text == "".join(f"[{w}]" for w in WORDS)
+
+
+def test_a_version_1_assigner_appends_to_a_loop_variable() -> None:
+    seen = {"label": "seen", "var_type": "array[string]", "value_type": "constant", "value": ""}
+    doc = flow(
+        [
+            *loop("lp", 3, [seen]),
+            template("word", "w{{ n | length }}", "lp", n=["lp", "seen"]),
+            node(
+                "keep",
+                "assigner",
+                "lp",
+                assigned_variable_selector=["lp", "seen"],
+                input_variable_selector=["word", "output"],
+                write_mode="append",
+            ),
+            end(seen=["lp", "seen"]),
+        ],
+        [edge("start", "lp"), edge("lpstart", "word"), edge("word", "keep"), edge("lp", "end")],
+    )
+    # Each round sees the list the round before left.
+    assert final(list(load_workflow(doc).run({}))).outputs == {"seen": ["w0", "w1", "w2"]}
+
+
+def test_a_node_in_a_round_retries_on_its_own_and_its_retry_names_the_round() -> None:
+    asked: list[str] = []
+
+    def reply(request: fake.RecordedRequest) -> fake.Scenario:
+        word = next(w for w in WORDS if w.encode() in request.body)
+        asked.append(word)
+        if word == "bee" and asked.count("bee") == 1:
+            return fake.http_error(503)  # transient: retried
+        return fake.tokens([word])
+
+    retry = {"retry_enabled": True, "max_retries": 2, "retry_interval": 10}
+    doc = words_flow(
+        [llm("ask", "it", "say {{#it.item#}}", retry_config=retry)],
+        [edge("itstart", "ask")],
+        ["ask", "text"],
+    )
+    with fake.FakeLLMServer(fake.routed(reply)) as server:
+        events = list(load_workflow(doc).run({}, settings=routes(server)))
+    assert final(events).outputs == {"out": list(WORDS)}
+    (retried,) = [e for e in events if isinstance(e, ev.NodeRetry)]
+    data = retried.to_dict()["data"]
+    assert (data["node_id"], data["iteration_id"], data["retry_index"]) == ("ask", "it", 1)
+    assert asked.count("bee") == 2 and asked.count("ant") == 1

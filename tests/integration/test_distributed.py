@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,8 +25,8 @@ from tests.postgres_support import (  # noqa: F401 - fixtures
     postgres_server,
     postgres_url,
 )
-from tests.redis_support import RedisServer, redis_server, worker
-from tests.serve_support import APPS, ROOT, Server, echo_model, serve
+from tests.redis_support import RedisServer, free_port, redis_server, worker
+from tests.serve_support import APPS, KEYS, ROOT, Server, echo_model, models_file, serve
 
 pytestmark = [
     pytest.mark.slow,
@@ -81,10 +82,14 @@ def database(postgres_server: str) -> Iterator[str]:  # noqa: F811 - the fixture
 
 
 class Cluster:
-    def __init__(self, broker: RedisServer, api_a: Server, api_b: Server) -> None:
+    def __init__(
+        self, broker: RedisServer, api_a: Server, api_b: Server, model: str, database: str
+    ) -> None:
         self.broker = broker
         self.a = api_a
         self.b = api_b
+        self.model = model
+        self.database = database
 
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.broker.url)
@@ -100,14 +105,16 @@ def cluster(
     (tmp / "b").mkdir()
     env = {"FIRSTGATE_SSE_PING_S": "0.3"}
     with redis_server(tmp / "redis") as broker:
-        api = ("--broker", broker.url)
+        # Re-runs allowed: a second delivery of a held run must still not run it.
+        attempts = ("--max-attempts", "2")
+        api = ("--broker", broker.url, *attempts)
         with (
-            worker(tmp, model, broker.url, database, name="w1"),
-            worker(tmp, model, broker.url, database, name="w2"),
+            worker(tmp, model, broker.url, database, name="w1", extra=attempts),
+            worker(tmp, model, broker.url, database, name="w2", extra=attempts),
             serve(tmp / "a", model, database=database, extra=api, env=env) as api_a,
             serve(tmp / "b", model, database=database, extra=api, env=env) as api_b,
         ):
-            yield Cluster(broker, api_a, api_b)
+            yield Cluster(broker, api_a, api_b, model, database)
 
 
 # ---- runs on workers, read and stopped through any API process
@@ -257,6 +264,52 @@ def test_a_second_delivery_of_a_held_run_does_nothing(cluster: Cluster) -> None:
     assert cluster.redis().llen("firstgate") == 0
 
 
+def test_gunicorn_serves_with_several_http_workers(cluster: Cluster, tmp_path: Path) -> None:
+    """The production entry point with `FIRSTGATE_BROKER`: two gunicorn workers, runs
+    executed by the Celery workers, a run read back through either."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "FIRSTGATE_APPS_DIR": str(APPS),
+        "FIRSTGATE_MODELS": str(models_file(tmp_path, cluster.model)),
+        "FIRSTGATE_DATABASE_URL": cluster.database,
+        "FIRSTGATE_BROKER": cluster.broker.url,
+        "FIRSTGATE_HTTP_WORKERS": "2",
+        "FIRSTGATE_BIND": f"127.0.0.1:{port}",
+        "FIRSTGATE_GRACE": "2",
+        **{f"FIRSTGATE_APP_KEY_{stem.upper()}": key for stem, key in KEYS.items()},
+    }
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    command = [str(gunicorn), "-c", "python:serve.gunicorn_conf", "serve.wsgi:application()"]
+    log = tmp_path / "gunicorn.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=sink, stderr=sink)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        give_up = time.monotonic() + 60
+        while log.read_text().count("Booting worker") < 2 or not _answers(url):
+            assert process.poll() is None and time.monotonic() < give_up, log.read_text()
+            time.sleep(0.1)
+        headers = {"Authorization": f"Bearer {KEYS['story']}"}
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+            replies = [http.post("/v1/workflows/run", json=blocking(f"g{i}")) for i in range(4)]
+            with http.stream("POST", "/v1/workflows/run", json=streaming("streamed")) as reply:
+                events = events_of(reply)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0, log.read_text()
+    outputs = [r.json()["data"]["outputs"]["text"] for r in replies]
+    assert outputs == [f"echo: g{i}" for i in range(4)]
+    assert events[-1]["data"]["outputs"]["text"] == "echo: streamed"
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/v1/meta", timeout=1).status_code < 500
+    except httpx.TransportError:
+        return False
+
+
 # ---- settings
 
 
@@ -308,14 +361,21 @@ def test_a_worker_killed_mid_run(
             worker(tmp_path, model, broker.url, postgres_url, name="w1", extra=settings) as w1,
             worker(tmp_path, model, broker.url, postgres_url, name="w2", extra=settings) as w2,
             serve(
-                tmp_path, model, database=postgres_url, extra=("--broker", broker.url, *settings)
-            ) as api,  # noqa: E501
+                tmp_path,
+                model,
+                database=postgres_url,
+                extra=("--broker", broker.url, *settings),
+                env={"FIRSTGATE_SSE_PING_S": "0.5"},
+            ) as api,
             api.key_client("story") as http,
             http.stream("POST", "/v1/workflows/run", json=streaming("[medium] doomed")) as reply,
         ):
             events = []
             killed_at = None
             for _, event in frames(reply):
+                if killed_at is not None:
+                    # Ended within a few leases, not left hanging (pings keep coming).
+                    assert time.monotonic() - killed_at < 30, "the run did not end"
                 if event == "ping":
                     continue
                 events.append(event)
@@ -361,6 +421,55 @@ def test_a_worker_killed_mid_run(
     # Every event the client saw is in the stream, and nothing was added later (+1: the end).
     assert stream_length == len(events) + 1
     print(f"killed worker: run ended {ended_after:.2f} s after the kill (lease 1 s)")
+
+
+def test_a_hung_worker_loses_its_run_and_adds_nothing_when_it_wakes(
+    tmp_path: Path,
+    model: str,
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    """SIGSTOP the worker holding a run (a process that hangs: its heartbeat stops
+    with it): another worker ends the run `failed` once the lease lapses. Woken up
+    (SIGCONT), the hung worker finds its hold gone and publishes nothing more."""
+    settings = ("--lease", "1", "--visibility-timeout", "4")
+    with redis_server(tmp_path / "redis") as broker:
+        client = redis.Redis.from_url(broker.url)
+        with (
+            worker(tmp_path, model, broker.url, postgres_url, name="w1", extra=settings) as w1,
+            worker(tmp_path, model, broker.url, postgres_url, name="w2", extra=settings) as w2,
+            serve(
+                tmp_path, model, database=postgres_url, extra=("--broker", broker.url, *settings)
+            ) as api,
+            api.key_client("story") as http,
+        ):
+            events = []
+            with http.stream("POST", "/v1/workflows/run", json=streaming("[slow] hang")) as reply:
+                hung = None
+                for _, event in frames(reply):
+                    if event == "ping":
+                        continue
+                    events.append(event)
+                    if event["event"] == "text_chunk" and hung is None:
+                        holder = _holder(client, event["task_id"])
+                        hung = w1 if holder in w1.output() else w2
+                        hung.process.send_signal(signal.SIGSTOP)
+            task_id = events[0]["task_id"]
+            length_at_end = client.xlen(f"firstgate:events:{task_id}")
+            hung.process.send_signal(signal.SIGCONT)
+            # Awake: its next publish or heartbeat is refused; give it time to try.
+            time.sleep(3.0)
+            length_later = client.xlen(f"firstgate:events:{task_id}")
+            record = http.get(f"/v1/workflows/run/{events[0]['workflow_run_id']}").json()
+            # The woken worker goes on working.
+            after = [http.post("/v1/workflows/run", json=blocking(f"after {i}")) for i in range(4)]
+            assert hung.process.poll() is None
+    finished = events[-1]
+    assert finished["event"] == "workflow_finished"
+    assert finished["data"]["status"] == "failed"
+    assert "stopped answering" in finished["data"]["error"]
+    assert record["status"] == "failed"
+    assert length_later == length_at_end == len(events) + 1
+    assert [a.json()["data"]["status"] for a in after] == ["succeeded"] * 4
 
 
 def test_redis_restarted_mid_run_loses_no_event(

@@ -188,3 +188,21 @@ def test_remote_files_are_fetched_under_the_network_policy(target: HttpTarget) -
     assert json.loads(json.dumps(extract(remote, **allowed)["documents"]))[0]["filename"] == (
         "notes.csv"
     )
+
+
+def test_reading_stops_at_the_text_limit(write: Any, monkeypatch: Any) -> None:
+    """A long document is not read to its end once its text is over the limit."""
+    import pypdf
+
+    read: list[int] = []
+    real = pypdf.PageObject.extract_text
+
+    def counted(page: Any, *args: Any, **kwargs: Any) -> str:
+        read.append(1)
+        return real(page, *args, **kwargs)
+
+    monkeypatch.setattr(pypdf.PageObject, "extract_text", counted)
+    long = write("long.pdf", documents.pdf(["0123456789"] * 40))
+    with pytest.raises(DocumentError, match="long.pdf is longer than 15 characters"):
+        extract(long, document_extractor={"max_text_chars": 15})
+    assert len(read) == 2

@@ -7,17 +7,19 @@ from __future__ import annotations
 import json
 import socket
 import time
+import tracemalloc
 from typing import Any
 
+import httpx
 import pytest
 
-from connectors.errors import AddressRefusedError
-from connectors.guarded_http import GuardedHttp, HttpLimits, RequestSpec, Timeouts
+from connectors.errors import AddressRefusedError, ResponseTooLargeError
+from connectors.guarded_http import GuardedHttp, HttpLimits, RequestSpec, Timeouts, decoded
 from connectors.net_policy import NetworkPolicy
 from runtime import events as ev
 from runtime import load_workflow
 from tests.connect_support import abort_once, node_end, one_node_flow, run_events, settings
-from tests.fakes.http_target import HttpTarget
+from tests.fakes.http_target import HttpTarget, packed
 from tests.run_events import final
 
 OUTPUTS = {
@@ -451,3 +453,39 @@ def test_direct_client_limits_apply_per_settings() -> None:
         with pytest.raises(Exception, match="limit of 10 bytes"):
             http.request(RequestSpec("get", server.url + "/json"))
     http.close()
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "raw-deflate", "gzip, deflate"])
+def test_compressed_bodies_are_inflated_as_httpx_inflates_them(
+    target: HttpTarget, coding: str
+) -> None:
+    url = f"{target.url}/packed?mb=0.01&coding={coding}"
+    events = run_events(http_flow(url), allow(f"127.0.0.1:{target.port}"))
+    plain = ("all work and no play\n" * 3000)[: int(0.01 * 1024 * 1024)]
+    assert final(events).outputs["body"] == plain
+    assert target.requests[-1]["headers"]["accept-encoding"] == "gzip, deflate"
+
+
+def test_inflating_gives_bounded_pieces_and_names_a_corrupt_body() -> None:
+    pieces = list(decoded([packed(8.0, "gzip")], "gzip"))  # one 20 KiB chunk, 8 MiB inside
+    assert sum(map(len, pieces)) == 8 * 1024 * 1024
+    assert max(map(len, pieces)) <= 64 * 1024
+    assert b"".join(decoded([b"plain"], "br, identity")) == b"plain"  # unknown: left as is
+    with pytest.raises(httpx.DecodingError, match="gzip body is corrupt"):
+        list(decoded([b"not gzip at all"], "gzip"))
+
+
+def test_a_compression_bomb_is_refused_without_inflating_it(target: HttpTarget) -> None:
+    """100 MiB packed into 250 KiB: refused at the 1 MiB text cap, and memory
+    stays near the cap (inflating one 64 KiB network chunk whole would take 25 MiB)."""
+    packed(100.0, "gzip")  # the fake builds (and keeps) it before the measurement
+    http = GuardedHttp(NetworkPolicy([f"127.0.0.1:{target.port}"]))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ResponseTooLargeError):
+            http.request(RequestSpec("get", f"{target.url}/packed?mb=100&coding=gzip"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        http.close()
+    assert peak < 8 * 1024 * 1024, peak

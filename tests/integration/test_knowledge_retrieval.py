@@ -286,3 +286,13 @@ def test_automatic_metadata_filtering_is_refused_by_name() -> None:
 
     with pytest.raises(DslError, match="automatic metadata filtering"):
         load_workflow(kr_flow(["x"], metadata_filtering_mode="automatic"))
+
+
+def test_single_mode_takes_the_datasets_own_top_k(local_index: Path) -> None:
+    """Single mode does not cut the dataset's answer again: the backend's
+    `top_k` (the dataset's setting) is what limits it."""
+    for top_k, expected in ((1, 1), (2, 2)):
+        spec = {"kind": "local", "index": str(local_index), "top_k": top_k}
+        routes = settings(knowledge={"datasets": {"ds1": spec}})
+        events = run_events(kr_flow(["ds1"], retrieval_mode="single"), routes, q="blue sky")
+        assert len(events[-1].outputs["result"]) == expected

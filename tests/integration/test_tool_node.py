@@ -5,6 +5,7 @@ are refused at load time by name."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from connectors.mcp_client import McpServer
 from connectors.tool_messages import (
     BlobChunk,
     MessageType,
@@ -503,3 +505,19 @@ def test_merge_refuses_oversized_blobs_without_buffering_them() -> None:
         list(merge_blob_chunks([chunk(b"123", 4, False), chunk(b"45", 4, True, 1)], 100))
     whole = list(merge_blob_chunks([chunk(b"12", 4, False), chunk(b"34", 4, True, 1)], 4))
     assert [m.blob for m in whole] == [b"1234"]
+
+
+def test_an_mcp_blob_over_the_cap_is_refused_before_it_is_decoded() -> None:
+    server = McpServer("s", "http://127.0.0.1:9/mcp", max_file_bytes=6)
+    assert server._blob(base64.b64encode(b"123456").decode(), "x/y").blob == b"123456"
+    with pytest.raises(ToolError, match="limit of 6 bytes"):
+        server._blob(base64.b64encode(b"1234567890").decode(), "x/y")
+
+
+def test_a_json_message_can_say_it_repeats_the_text() -> None:
+    from connectors.tool_messages import parse_wire_message
+
+    said = {"type": "json", "message": {"json_object": {"a": 1}, "suppress_output": True}}
+    assert parse_wire_message(said).suppress_output is True
+    plain = {"type": "json", "message": {"json_object": {"a": 1}}}
+    assert parse_wire_message(plain).suppress_output is False

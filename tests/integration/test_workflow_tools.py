@@ -192,3 +192,62 @@ def test_a_chatflow_cannot_be_a_tool(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(chat))
     events = run(outer(tool_step(topic={"type": "mixed", "value": "x"})), routes(wf_summarize=path))
     assert "is a chatflow; only a workflow can be a tool" in events[-1].error_message
+
+
+def test_an_agent_calls_a_workflow_tool_the_settings_define(
+    summarize: Path, tmp_path: Path
+) -> None:
+    from tests import model_flows as mf
+    from tests.fakes import llm_server as fake
+    from tests.fakes import model_answers as ma
+
+    tool = {
+        "enabled": True,
+        "provider_id": PROVIDER,
+        "provider_name": "Summarize",
+        "type": "workflow",
+        "tool_name": "summarize",
+        "parameters": {"topic": {"auto": 1, "value": None}},
+        "schemas": [{"name": "topic", "type": "string", "required": True, "form": "llm"}],
+        "extra": {"description": "a one-line summary of a topic"},
+    }
+    data = mf.agent_data(tools=[tool])
+    flow = mf.workflow(
+        [{"id": "n", "data": data}, mf.end("out", text=["n", "text"])],
+        [("start", "n", "source"), ("n", "out", "source")],
+    )
+    with pytest.raises(DslError, match="Summarize is a Dify workflow tool"):
+        load_workflow(flow)
+    answers = ma.in_turn(
+        ma.answer("", [ma.Call("summarize", {"topic": "rivers"}, id="c1")]),
+        ma.answer("Rivers, briefly."),
+    )
+    with fake.FakeLLMServer(answers) as server:
+        defined = settings(**mf.routes(server), tools=routes(wf_summarize=summarize).tools)
+        events = list(load_workflow(flow, settings=defined).run({"q": "rivers?"}, settings=defined))
+        bodies = [json.loads(r.body) for r in server.requests if r.method == "POST"]
+    assert events[-1].outputs == {"text": "Rivers, briefly."}, events[-1]
+    observation = bodies[1]["messages"][-1]
+    assert observation["role"] == "tool"
+    # the tool's JSON once: its json message repeats its text and stays out
+    assert json.loads(observation["content"]) == {"summary": "About rivers x None", "n": None}
+
+
+def test_served_apps_load_workflow_tools_the_settings_define(
+    summarize: Path, tmp_path: Path
+) -> None:
+    from serve.apps import key_variable, load_directory
+
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    params = {"topic": {"type": "constant", "value": "lakes"}}
+    (apps / "outer.yml").write_text(yaml.safe_dump(outer(tool_step(**params))))
+    environ = {key_variable("outer"): "app-key-outer-123"}
+    without = load_directory(apps, environ)
+    assert not without.apps
+    assert without.skipped[0].message_key == "serve.app.notLoaded"
+    assert "Summarize is a Dify workflow tool" in without.skipped[0].params["error"]
+    defined = routes(wf_summarize=summarize)
+    served = load_directory(apps, environ, defined).apps["outer"].workflow
+    events = list(served.run({}, settings=defined))
+    assert json.loads(events[-1].outputs["text"])["summary"] == "About lakes x None"

@@ -74,9 +74,10 @@ def test_extract_takes_the_nth_item_before_ordering() -> None:
         order_by={"enabled": True, "value": "asc"},
     )
     assert out["result"] == ["a"]
-    with pytest.raises(NodeRunError) as info:
-        run(["a"], extract_by={"enabled": True, "serial": "3"})
-    assert info.value.message_key == "errors.listOperator.serial"
+    for serial in ("3", "0", "-1"):  # counted from 1: no item 0, none from the end
+        with pytest.raises(NodeRunError) as info:
+            run(["a", "b"], extract_by={"enabled": True, "serial": serial})
+        assert info.value.message_key == "errors.listOperator.serial"
 
 
 def test_booleans() -> None:

@@ -138,6 +138,30 @@ def test_variable_aggregator_takes_the_first_set_value() -> None:
     assert variable_aggregator.run(grouped, ctx({("a", "x"): 1})).outputs == {"g1": {"output": 1}}
 
 
+def test_variable_aggregator_leaves_out_what_has_no_value_as_dify_does() -> None:
+    # Dify's outputs hold only what was found; its inputs name each value found
+    # by its selector without the node id.
+    grouped = variable_aggregator.Data.model_validate(
+        {
+            "type": "variable-aggregator",
+            "advanced_settings": {
+                "group_enabled": True,
+                "groups": [
+                    {"group_name": "g1", "variables": [["a", "x"], ["b", "x"]]},
+                    {"group_name": "g2", "variables": [["c", "y"]]},
+                ],
+            },
+        }
+    )
+    result = variable_aggregator.run(grouped, ctx({("b", "x"): "B"}))
+    assert result.outputs == {"g1": {"output": "B"}}
+    assert result.inputs == {"x": "B"}
+    plain = variable_aggregator.Data.model_validate(
+        {"type": "variable-aggregator", "variables": [["a", "x"]]}
+    )
+    assert variable_aggregator.run(plain, ctx({})).outputs == {}
+
+
 def test_llm_prompt_with_context_and_jinja2() -> None:
     data = llm.Data.model_validate(
         {
