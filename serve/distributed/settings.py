@@ -26,6 +26,9 @@ DEFAULT_LEASE_S = 30.0
 DEFAULT_KEEP_FINISHED_S = 300.0
 # What Redis may be down for (a restart) before an operation gives up.
 RECONNECT_FOR_S = 60.0
+# Connections to Redis per process (serve's route pools hold 4096 too); Redis'
+# own `maxclients` (10,000 by default) must cover every process's.
+MAX_REDIS_CONNECTIONS = 4096
 
 
 class DistributedError(LocalizedError):
@@ -64,10 +67,15 @@ class DistributedSettings:
 
 def redis_client(url: str, *, socket_timeout: float = 30.0) -> redis.Redis:
     """A client that rides out a Redis restart: each command is retried on a lost
-    connection for about `RECONNECT_FOR_S` (exponential back-off up to 0.5 s)."""
+    connection for about `RECONNECT_FOR_S` (exponential back-off up to 0.5 s).
+    Every stream a client follows holds a connection while it waits (`XREAD
+    BLOCK`): the pool is as large as serve's connection pools, and a request
+    beyond it waits for a free connection instead of failing."""
     retries = int(RECONNECT_FOR_S / 0.5) + 8
-    return redis.Redis.from_url(
+    pool = redis.BlockingConnectionPool.from_url(
         url,
+        max_connections=MAX_REDIS_CONNECTIONS,
+        timeout=RECONNECT_FOR_S,
         socket_timeout=socket_timeout,
         socket_connect_timeout=5.0,
         socket_keepalive=True,
@@ -75,6 +83,9 @@ def redis_client(url: str, *, socket_timeout: float = 30.0) -> redis.Redis:
         retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), retries),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError, ConnectionError],
     )
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True
+    return client
 
 
 def require_shared_store(database: str | None) -> str:

@@ -264,6 +264,24 @@ def test_a_second_delivery_of_a_held_run_does_nothing(cluster: Cluster) -> None:
     assert cluster.redis().llen("firstgate") == 0
 
 
+def test_more_runs_at_once_than_a_default_redis_pool_holds(cluster: Cluster) -> None:
+    """Every waiting reply holds a Redis connection (XREAD BLOCK): 150 at once on one
+    API process all complete (redis-py's default pool, 100, refused the rest)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
+    headers = {"Authorization": f"Bearer {KEYS['story']}"}
+    with httpx.Client(base_url=cluster.a.url, headers=headers, timeout=60, limits=limits) as a:
+
+        def one(index: int) -> str:
+            reply = a.post("/v1/workflows/run", json=blocking(f"[medium] many {index}"))
+            return reply.json()["data"]["status"] if reply.status_code == 200 else reply.text
+
+        with ThreadPoolExecutor(150) as pool:
+            statuses = list(pool.map(one, range(150)))
+    assert statuses == ["succeeded"] * 150
+
+
 def test_gunicorn_serves_with_several_http_workers(cluster: Cluster, tmp_path: Path) -> None:
     """The production entry point with `FIRSTGATE_BROKER`: two gunicorn workers, runs
     executed by the Celery workers, a run read back through either."""
