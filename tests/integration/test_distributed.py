@@ -498,15 +498,23 @@ def test_redis_restarted_mid_run_loses_no_event(
     with redis_server(tmp_path / "redis") as broker:
         with (
             worker(tmp_path, model, broker.url, postgres_url) as w,
-            serve(tmp_path, model, database=postgres_url, extra=("--broker", broker.url)) as api,
+            serve(
+                tmp_path,
+                model,
+                database=postgres_url,
+                extra=("--broker", broker.url),
+                env={"FIRSTGATE_SSE_PING_S": "0.5"},
+            ) as api,
             api.key_client("story") as http,
         ):
             seen: list[tuple[int | None, dict]] = []
+            give_up = time.monotonic() + 60  # the model's 200 words take 20 s
             with http.stream(
                 "POST", "/v1/workflows/run", json=streaming("[slow] survive")
             ) as reply:
                 restarted = stopped = False
                 for _, event in frames(reply):
+                    assert time.monotonic() < give_up, "the stream did not end"
                     if event == "ping":
                         continue
                     seen.append((None, event))
