@@ -18,6 +18,7 @@ from typing import Any
 
 from locales.localized_error import LocalizedError
 from runtime.loader import load_workflow, read_document
+from runtime.settings import RuntimeSettings
 from runtime.workflow import Workflow
 
 KEY_PREFIX = "FIRSTGATE_APP_KEY_"
@@ -85,10 +86,11 @@ def _start_variables(raw: Mapping[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
-def load_app(path: Path, key: str) -> App:
-    """One export as an app; raises DslError (every problem) when it does not load."""
+def load_app(path: Path, key: str, settings: RuntimeSettings | None = None) -> App:
+    """One export as an app; raises DslError (every problem) when it does not load.
+    `settings` define the api and workflow tools its tool and agent nodes use."""
     raw = read_document(path)
-    workflow = load_workflow(raw)
+    workflow = load_workflow(raw, settings=settings)
     app_section = raw.get("app", {})
     features = raw.get("workflow", {}).get("features") or {}
     return App(
@@ -103,7 +105,9 @@ def load_app(path: Path, key: str) -> App:
     )
 
 
-def load_directory(directory: Path, environ: Mapping[str, str]) -> AppDirectory:
+def load_directory(
+    directory: Path, environ: Mapping[str, str], settings: RuntimeSettings | None = None
+) -> AppDirectory:
     found = AppDirectory()
     exports = sorted(p for p in directory.iterdir() if p.suffix in EXPORT_SUFFIXES and p.is_file())
     owners: dict[str, Path] = {}
@@ -128,7 +132,7 @@ def load_directory(directory: Path, environ: Mapping[str, str]) -> AppDirectory:
             )
             continue
         try:
-            app = load_app(path, key)
+            app = load_app(path, key, settings)
         except LocalizedError as exc:
             found.skipped.append(Skipped(path, "serve.app.notLoaded", {"error": exc.render()}))
             continue

@@ -141,7 +141,11 @@ class Service:
 def build_service(
     config: ServeConfig, environ: Mapping[str, str], directory: AppDirectory | None = None
 ) -> Service:
-    apps = directory if directory is not None else load_directory(config.apps_dir, environ)
+    apps = (
+        directory
+        if directory is not None
+        else load_directory(config.apps_dir, environ, config.settings)
+    )
     uploads_dir = config.uploads_dir or _default_uploads(config.database)
     uploads_dir.mkdir(parents=True, exist_ok=True)
     distributed = config.distributed
@@ -195,7 +199,7 @@ def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None)
     from gevent.pywsgi import WSGIServer
 
     environ = os.environ if environ is None else environ
-    apps = load_directory(config.apps_dir, environ)
+    apps = load_directory(config.apps_dir, environ, config.settings)
     report_apps(apps, config.locale)
     if not apps.apps:
         print(t("serve.start.noApps", config.locale, dir=str(config.apps_dir)), file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +33,7 @@ class _SQLiteDatabase(Database):
         )
         self._db.execute("PRAGMA foreign_keys = ON")
         if path != ":memory:":
-            self._db.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(self._db)
             # WAL's NORMAL: a commit is atomic and survives a crash of the process;
             # only a power cut may lose the last commits (no fsync per commit,
             # which would sit in every run's end, a stop's included).
@@ -62,6 +63,21 @@ class _SQLiteDatabase(Database):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _enable_wal(db: sqlite3.Connection, wait_s: float = 30.0) -> None:
+    """Switch a database to WAL. The switch needs the database to itself, and
+    SQLite answers "locked" at once (no busy wait) while another connection
+    opening the same new file holds it: wait for it as a busy timeout would."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
 
 
 class _Tx:

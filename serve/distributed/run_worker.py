@@ -35,7 +35,7 @@ def run_worker(
     concurrency: int,
     locale: str | None,
 ) -> int:
-    apps = load_directory(apps_dir, os.environ)
+    apps = load_directory(apps_dir, os.environ, settings)
     report_apps(apps, locale)
     if not apps.apps:
         print(t("serve.start.noApps", locale, dir=str(apps_dir)), file=sys.stderr)

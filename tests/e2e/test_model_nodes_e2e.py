@@ -70,3 +70,71 @@ def test_the_support_triage_example_runs_end_to_end(llama_server: Any) -> None:
     assert isinstance(outputs["reply"], str)
     if "order_number" in outputs:  # the order branch ran: the extractor answered too
         assert isinstance(outputs["order_number"], str) and outputs["extracted"] in (0, 1)
+
+
+def test_the_extractor_in_function_call_mode_gets_an_answer_it_can_read(llama_server: Any) -> None:
+    # Dify's default mode: the request carries one OpenAI tool.
+    data = {
+        **mf.extractor_data("function_call"),
+        "model": {**mf.MODEL, "completion_params": {"temperature": 0, "max_tokens": 60}},
+        "invocation": GENEROUS,
+    }
+    node = node_run(llama_server, data, "I want to stay in Lyon for two nights.")
+    outputs = node.outputs
+    assert isinstance(outputs["city"], str) and isinstance(outputs["nights"], int | float)
+    assert outputs["__is_success"] in (0, 1)
+    assert node.process_data["reasoning_mode"] == "function_call"
+
+
+def test_the_agent_runs_its_rounds_with_the_real_time_tool(llama_server: Any) -> None:
+    data = mf.agent_data(
+        model={**mf.MODEL, "model": "m", "completion_params": {"temperature": 0, "max_tokens": 60}},
+        maximum_iterations=2,
+    )
+    data["invocation"] = GENEROUS
+    flow = mf.workflow(
+        [{"id": "n", "data": data}, mf.end("out", text=["n", "text"])],
+        [("start", "n", "source"), ("n", "out", "source")],
+    )
+    events = list(
+        load_workflow(flow).run(
+            {"q": "Which weekday was 2024-01-01?"}, settings=settings(llama_server, "primary")
+        )
+    )
+    done = final(events)
+    assert isinstance(done, ev.WorkflowSucceeded), done
+    assert isinstance(done.outputs["text"], str)
+    rounds = [e for e in events if isinstance(e, ev.AgentLog) and e.label.startswith("ROUND")]
+    assert rounds and all(e.status in ("start", "success") for e in rounds)
+
+
+def test_the_agent_runs_react_rounds(llama_server: Any) -> None:
+    # Whatever SmolLM2 writes, ReAct reads an action or takes the reply as the answer.
+    data = mf.agent_data(
+        "ReAct",
+        model={**mf.MODEL, "model": "m", "completion_params": {"temperature": 0, "max_tokens": 60}},
+        maximum_iterations=2,
+    )
+    data["invocation"] = GENEROUS
+    flow = mf.workflow(
+        [{"id": "n", "data": data}, mf.end("out", text=["n", "text"])],
+        [("start", "n", "source"), ("n", "out", "source")],
+    )
+    run = load_workflow(flow).run(
+        {"q": "Which weekday was 2024-01-01?"}, settings=settings(llama_server, "primary")
+    )
+    events = list(run)
+    done = final(events)
+    assert isinstance(done, ev.WorkflowSucceeded), done
+    assert isinstance(done.outputs["text"], str)
+    assert any(isinstance(e, ev.AgentLog) and e.label == "ROUND 1" for e in events)
+
+
+def test_structured_output_matches_its_schema_through_the_grammar(llama_server: Any) -> None:
+    data = {
+        **mf.structured_llm_data(),
+        "model": {**mf.MODEL, "completion_params": {"temperature": 0, "max_tokens": 40}},
+        "invocation": GENEROUS,
+    }
+    node = node_run(llama_server, data, "Name a city in France.")
+    assert isinstance(node.outputs["structured_output"]["city"], str)

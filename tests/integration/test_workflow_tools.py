@@ -231,3 +231,23 @@ def test_an_agent_calls_a_workflow_tool_the_settings_define(
     assert observation["role"] == "tool"
     # the tool's JSON once: its json message repeats its text and stays out
     assert json.loads(observation["content"]) == {"summary": "About rivers x None", "n": None}
+
+
+def test_served_apps_load_workflow_tools_the_settings_define(
+    summarize: Path, tmp_path: Path
+) -> None:
+    from serve.apps import key_variable, load_directory
+
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    params = {"topic": {"type": "constant", "value": "lakes"}}
+    (apps / "outer.yml").write_text(yaml.safe_dump(outer(tool_step(**params))))
+    environ = {key_variable("outer"): "app-key-outer-123"}
+    without = load_directory(apps, environ)
+    assert not without.apps
+    assert without.skipped[0].message_key == "serve.app.notLoaded"
+    assert "Summarize is a Dify workflow tool" in without.skipped[0].params["error"]
+    defined = routes(wf_summarize=summarize)
+    served = load_directory(apps, environ, defined).apps["outer"].workflow
+    events = list(served.run({}, settings=defined))
+    assert json.loads(events[-1].outputs["text"])["summary"] == "About lakes x None"
