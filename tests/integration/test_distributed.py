@@ -349,6 +349,24 @@ def test_sqlite_is_refused_with_a_clear_message(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr
 
 
+def test_an_unreachable_redis_is_a_clear_message(
+    tmp_path: Path,
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    broker = f"redis://user:hunter2secret@127.0.0.1:{free_port()}/0"
+    for command in (["serve", str(APPS), "--port", "0"], ["worker", str(APPS)]):
+        done = subprocess.run(
+            [sys.executable, "-m", "serve.cli", *command, "--broker", broker,
+             "--database-url", postgres_url],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "FIRSTGATE_APP_KEY_STORY": "k" * 20},
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "cannot reach Redis at redis://user:***@127.0.0.1" in done.stderr
+        assert "hunter2secret" not in done.stderr + done.stdout
+        assert "Traceback" not in done.stderr
+
+
 # ---- faults
 
 
