@@ -60,5 +60,5 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: model
+bench: model system-packages
 	$(BIN)/python -m bench.run_all

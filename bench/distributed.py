@@ -1,4 +1,4 @@
-"""12. `serve --broker`: runs on Celery workers through Redis, against in-process `serve`.
+"""13. `serve --broker`: runs on Celery workers through Redis, against in-process `serve`.
 
 Real parts: Debian's `redis-server` (append-only file fsynced on every write,
 as the README recommends), PostgreSQL (`tests/pg_cluster.py`, or
@@ -301,7 +301,7 @@ def main() -> None:
         print(json.dumps(run_throughput(args.url, args.runs, args.concurrency)))
         return
     print(
-        f"\n== 12. serve --broker: runs on Celery workers (Redis 7, PostgreSQL) vs in-process"
+        f"\n== 13. serve --broker: runs on Celery workers (Redis 7, PostgreSQL) vs in-process"
         f" serve; {args.runs} trivial runs, {args.streams} slow streams, {args.stops} stops ==",
         flush=True,
     )

@@ -19,7 +19,7 @@ from celery import Celery
 from serve.apps import App
 from serve.distributed.celery_app import TASK_NAME, make_celery
 from serve.distributed.run_state import RedisEventStream, RunStore, share_file_links
-from serve.distributed.settings import DistributedSettings, redis_client
+from serve.distributed.settings import DistributedSettings, reachable, redis_client
 from serve.errors import ApiError
 from serve.launch import Launcher, RunRequest
 from serve.runs import RunHandle, Runs
@@ -116,7 +116,7 @@ class RemoteRuns(Runs):
 
 def connect(launcher: Launcher, settings: DistributedSettings) -> RemoteRuns:
     """The API side of the distributed mode, connected to the broker's Redis."""
-    client = redis_client(settings.broker)
+    client = reachable(redis_client(settings.broker), settings.broker)
     share_file_links(launcher, client)
     store = RunStore(client, keep_finished=settings.keep_finished)
     return RemoteRuns(launcher, make_celery(settings), store, settings)

@@ -26,6 +26,11 @@ DEFAULT_LEASE_S = 30.0
 DEFAULT_KEEP_FINISHED_S = 300.0
 # What Redis may be down for (a restart) before an operation gives up.
 RECONNECT_FOR_S = 60.0
+# Tries at start-up (about 5 s) before Redis counts as unreachable.
+STARTUP_RETRIES = 12
+# Connections to Redis per process (serve's route pools hold 4096 too); Redis'
+# own `maxclients` (10,000 by default) must cover every process's.
+MAX_REDIS_CONNECTIONS = 4096
 
 
 class DistributedError(LocalizedError):
@@ -64,10 +69,15 @@ class DistributedSettings:
 
 def redis_client(url: str, *, socket_timeout: float = 30.0) -> redis.Redis:
     """A client that rides out a Redis restart: each command is retried on a lost
-    connection for about `RECONNECT_FOR_S` (exponential back-off up to 0.5 s)."""
+    connection for about `RECONNECT_FOR_S` (exponential back-off up to 0.5 s).
+    Every stream a client follows holds a connection while it waits (`XREAD
+    BLOCK`): the pool is as large as serve's connection pools, and a request
+    beyond it waits for a free connection instead of failing."""
     retries = int(RECONNECT_FOR_S / 0.5) + 8
-    return redis.Redis.from_url(
+    pool = redis.BlockingConnectionPool.from_url(
         url,
+        max_connections=MAX_REDIS_CONNECTIONS,
+        timeout=RECONNECT_FOR_S,
         socket_timeout=socket_timeout,
         socket_connect_timeout=5.0,
         socket_keepalive=True,
@@ -75,6 +85,30 @@ def redis_client(url: str, *, socket_timeout: float = 30.0) -> redis.Redis:
         retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), retries),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError, ConnectionError],
     )
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True
+    return client
+
+
+def reachable(client: redis.Redis, url: str) -> redis.Redis:
+    """`client` once Redis answers at start-up; else a clear error (exit 2), not a
+    traceback after a minute of retries. A Redis still starting gets a few seconds."""
+    probe = redis.Redis.from_url(
+        url,
+        socket_connect_timeout=2.0,
+        socket_timeout=5.0,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), STARTUP_RETRIES),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError, ConnectionError],
+    )
+    try:
+        probe.ping()
+    except (redis.RedisError, OSError) as exc:
+        raise DistributedError(
+            "serve.worker.unreachable", url=redact_url(url), error=str(exc)[:300]
+        ) from None
+    finally:
+        probe.close()
+    return client
 
 
 def require_shared_store(database: str | None) -> str:

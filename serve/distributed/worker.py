@@ -38,7 +38,7 @@ from runtime.events import ErrorEvent, RunInfo, WorkflowFailed
 from serve.apps import App, AppDirectory
 from serve.distributed.celery_app import TASK_NAME, make_celery, set_dead_letter_sink
 from serve.distributed.run_state import STOP_CHANNEL, EventSink, RunStore, share_file_links
-from serve.distributed.settings import DistributedSettings, redis_client
+from serve.distributed.settings import DistributedSettings, reachable, redis_client
 from serve.errors import ApiError, not_found
 from serve.launch import Launcher, RunRequest
 from serve.runs import drain_run
@@ -348,7 +348,7 @@ def register(celery: Celery, runtime: WorkerRuntime) -> None:
 def build_worker(
     apps: AppDirectory, launcher: Launcher, settings: DistributedSettings, locale: str | None
 ) -> tuple[Celery, WorkerRuntime]:
-    client = redis_client(settings.broker)
+    client = reachable(redis_client(settings.broker), settings.broker)
     share_file_links(launcher, client)
     runs = RunStore(client, keep_finished=settings.keep_finished)
     celery = make_celery(settings)

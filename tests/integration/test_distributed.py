@@ -264,6 +264,24 @@ def test_a_second_delivery_of_a_held_run_does_nothing(cluster: Cluster) -> None:
     assert cluster.redis().llen("firstgate") == 0
 
 
+def test_more_runs_at_once_than_a_default_redis_pool_holds(cluster: Cluster) -> None:
+    """Every waiting reply holds a Redis connection (XREAD BLOCK): 150 at once on one
+    API process all complete (redis-py's default pool, 100, refused the rest)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
+    headers = {"Authorization": f"Bearer {KEYS['story']}"}
+    with httpx.Client(base_url=cluster.a.url, headers=headers, timeout=60, limits=limits) as a:
+
+        def one(index: int) -> str:
+            reply = a.post("/v1/workflows/run", json=blocking(f"[medium] many {index}"))
+            return reply.json()["data"]["status"] if reply.status_code == 200 else reply.text
+
+        with ThreadPoolExecutor(150) as pool:
+            statuses = list(pool.map(one, range(150)))
+    assert statuses == ["succeeded"] * 150
+
+
 def test_gunicorn_serves_with_several_http_workers(cluster: Cluster, tmp_path: Path) -> None:
     """The production entry point with `FIRSTGATE_BROKER`: two gunicorn workers, runs
     executed by the Celery workers, a run read back through either."""
@@ -328,6 +346,24 @@ def test_sqlite_is_refused_with_a_clear_message(tmp_path: Path) -> None:
         )
         assert done.returncode == 2, done.stderr
         assert "PostgreSQL" in done.stderr and "SQLite" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_an_unreachable_redis_is_a_clear_message(
+    tmp_path: Path,
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    broker = f"redis://user:hunter2secret@127.0.0.1:{free_port()}/0"
+    for command in (["serve", str(APPS), "--port", "0"], ["worker", str(APPS)]):
+        done = subprocess.run(
+            [sys.executable, "-m", "serve.cli", *command, "--broker", broker,
+             "--database-url", postgres_url],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "FIRSTGATE_APP_KEY_STORY": "k" * 20},
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "cannot reach Redis at redis://user:***@127.0.0.1" in done.stderr
+        assert "hunter2secret" not in done.stderr + done.stdout
         assert "Traceback" not in done.stderr
 
 
@@ -480,15 +516,23 @@ def test_redis_restarted_mid_run_loses_no_event(
     with redis_server(tmp_path / "redis") as broker:
         with (
             worker(tmp_path, model, broker.url, postgres_url) as w,
-            serve(tmp_path, model, database=postgres_url, extra=("--broker", broker.url)) as api,
+            serve(
+                tmp_path,
+                model,
+                database=postgres_url,
+                extra=("--broker", broker.url),
+                env={"FIRSTGATE_SSE_PING_S": "0.5"},
+            ) as api,
             api.key_client("story") as http,
         ):
             seen: list[tuple[int | None, dict]] = []
+            give_up = time.monotonic() + 60  # the model's 200 words take 20 s
             with http.stream(
                 "POST", "/v1/workflows/run", json=streaming("[slow] survive")
             ) as reply:
                 restarted = stopped = False
                 for _, event in frames(reply):
+                    assert time.monotonic() < give_up, "the stream did not end"
                     if event == "ping":
                         continue
                     seen.append((None, event))
