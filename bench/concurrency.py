@@ -65,7 +65,7 @@ def run_variant(variant: str, url: str, streams: int, shards: int) -> dict[str, 
         try:
             with first_token_gate(first_token_timeout=30, idle_timeout=10, stream_total_timeout=60):
                 for chunk in client.invoke_llm("m", messages):
-                    n += bool(chunk.text)
+                    n += len(chunk.text)  # one "x" per frame; one read may carry several
         except FirstGateError as error:
             errors.append(type(error).__name__)
         counts.append(n)
