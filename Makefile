@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml $(LLAMA_WHEEL)
 setup: $(STAMP)
 
 model: setup
-	$(BIN)/python -m runtime.local_model fetch
+	$(BIN)/python -m firstgate.runtime.local_model fetch
 
 demo: model
 	$(BIN)/firstgate run examples/chat.yml --input query="Name three colours of the rainbow."

@@ -18,6 +18,12 @@ import threading  # noqa: E402
 import time  # noqa: E402
 
 import httpx  # noqa: E402
+from firstgate.plugin_daemon_client import LLMClient, first_token_gate  # noqa: E402
+from firstgate.plugin_daemon_client.errors import FirstGateError  # noqa: E402
+from firstgate.runtime import events as ev  # noqa: E402
+from firstgate.runtime import load_workflow  # noqa: E402
+from firstgate.runtime.settings import RuntimeSettings  # noqa: E402
+from firstgate.runtime.settings.providers import ProviderRoute  # noqa: E402
 
 from bench.common import (  # noqa: E402
     ServerProcess,
@@ -28,12 +34,6 @@ from bench.common import (  # noqa: E402
     percentile,
     ratio,
 )
-from plugin_daemon_client import LLMClient, first_token_gate  # noqa: E402
-from plugin_daemon_client.errors import FirstGateError  # noqa: E402
-from runtime import events as ev  # noqa: E402
-from runtime import load_workflow  # noqa: E402
-from runtime.settings import RuntimeSettings  # noqa: E402
-from runtime.settings.providers import ProviderRoute  # noqa: E402
 
 SETTLE_S = 0.03  # let the read block before cancelling
 BASELINE_WAIT_S = 3.0

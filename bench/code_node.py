@@ -4,7 +4,7 @@ pool (`sandbox/process_pool.py`), p50 and p99, against spawning a fresh
 
     python -m bench.code_node [--gevent] [--calls 300] [--spawns 50]
 
-Ours: `nodes.code.run` (inputs, the job handed straight to a pre-forked,
+Ours: `firstgate.nodes.code.run` (inputs, the job handed straight to a pre-forked,
 already confined process, the result checked against the declared outputs).
 Two figures: "warm", calls 20 ms apart, the latency of a code node when the
 pool has its processes ready (the target applies here); and "back-to-back",
@@ -29,11 +29,12 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
+from firstgate.nodes import code  # noqa: E402
+from firstgate.nodes.base import NodeContext  # noqa: E402
+from firstgate.nodes.cancel import CancelToken  # noqa: E402
+from firstgate.sandbox.process_pool import ProcessSandbox  # noqa: E402
+
 from bench.common import header, line, ms, percentile, ratio  # noqa: E402
-from nodes import code  # noqa: E402
-from nodes.base import NodeContext  # noqa: E402
-from nodes.cancel import CancelToken  # noqa: E402
-from sandbox.process_pool import ProcessSandbox  # noqa: E402
 
 CODE = "def main(x: int) -> dict:\n    return {'y': x + 1}\n"
 DATA = code.Data.model_validate(

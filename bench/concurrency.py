@@ -44,9 +44,8 @@ def cpu() -> float:
 def run_variant(variant: str, url: str, streams: int, shards: int) -> dict[str, float]:
     import gevent
     import httpx
-
-    from plugin_daemon_client import LLMClient, first_token_gate
-    from plugin_daemon_client.errors import FirstGateError
+    from firstgate.plugin_daemon_client import LLMClient, first_token_gate
+    from firstgate.plugin_daemon_client.errors import FirstGateError
 
     messages = [{"role": "user", "content": "slow"}]
     per_shard = math.ceil(streams / shards)

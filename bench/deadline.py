@@ -18,10 +18,10 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 
 import httpx  # noqa: E402
+from firstgate.plugin_daemon_client import LLMClient, first_token_gate  # noqa: E402
+from firstgate.plugin_daemon_client.errors import FirstTokenTimeoutError  # noqa: E402
 
 from bench.common import ServerProcess, header, line, ms, percentile, ratio  # noqa: E402
-from plugin_daemon_client import LLMClient, first_token_gate  # noqa: E402
-from plugin_daemon_client.errors import FirstTokenTimeoutError  # noqa: E402
 
 BUDGET_S = 0.15
 CASES = {"a": "WITHHOLD", "b": "SILENCE", "c": "PINGS"}

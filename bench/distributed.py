@@ -200,7 +200,7 @@ class Deployment:
         log_path = self.workdir / f"process-{self._count}.log"
         with log_path.open("w") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "serve.cli", *args], env=self.env,
+                [sys.executable, "-m", "firstgate.serve.cli", *args], env=self.env,
                 stdout=log, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip
         give_up = time.monotonic() + 120

@@ -33,12 +33,13 @@ from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+from firstgate.nodes.jinja import render_jinja  # noqa: E402
+from firstgate.runtime import RunLimits, load_workflow  # noqa: E402
+from firstgate.runtime import events as ev  # noqa: E402
+
 from bench.chain_dsl import chain_document, fan_document, iteration_document  # noqa: E402
 from bench.common import header, line  # noqa: E402
 from bench.validate import REPO, graphon_python  # noqa: E402
-from nodes.jinja import render_jinja  # noqa: E402
-from runtime import RunLimits, load_workflow  # noqa: E402
-from runtime import events as ev  # noqa: E402
 
 SHAPES: list[tuple[str, str, int, Callable[[int], dict[str, Any]]]] = [
     ("1,000-node chain", "chain", 1000, chain_document),

@@ -1,4 +1,4 @@
-"""The http-request node's overhead: `nodes.http_request.run` (template
+"""The http-request node's overhead: `firstgate.nodes.http_request.run` (template
 rendering, the guarded client: policy check at connect, deadline, size caps)
 against a raw `httpx.Client.get` of the same loopback server, alternated in
 the same run.
@@ -48,12 +48,11 @@ def main() -> None:
     parser.add_argument("--gevent", action="store_true")
     args = parser.parse_args()
     import httpx
-
-    from connectors.hub import Connectors
-    from nodes import http_request
-    from nodes.base import NodeContext
-    from nodes.cancel import CancelToken
-    from runtime.settings import RuntimeSettings
+    from firstgate.connectors.hub import Connectors
+    from firstgate.nodes import http_request
+    from firstgate.nodes.base import NodeContext
+    from firstgate.nodes.cancel import CancelToken
+    from firstgate.runtime.settings import RuntimeSettings
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True

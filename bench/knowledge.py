@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=300)
     args = parser.parse_args()
-    from connectors.local_index import LocalIndex, fts_query
+    from firstgate.connectors.local_index import LocalIndex, fts_query
 
     rng = random.Random(7)
     header(f"knowledge: local FTS5 index, {args.docs} documents")

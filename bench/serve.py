@@ -123,13 +123,12 @@ class PeakRss:
 
 def run_inprocess(model_url: str, streams: int, workdir: Path) -> dict[str, Any]:
     import gevent
-
-    from runtime.loader import load_workflow
-    from runtime.route_clients import RouteClients, SharedClients
-    from runtime.routes import ModelRoutes
-    from runtime.settings import load_settings
-    from serve.server import MAX_ROUTE_CONNECTIONS, raise_open_file_limit
-    from store import open_store
+    from firstgate.runtime.loader import load_workflow
+    from firstgate.runtime.route_clients import RouteClients, SharedClients
+    from firstgate.runtime.routes import ModelRoutes
+    from firstgate.runtime.settings import load_settings
+    from firstgate.serve.server import MAX_ROUTE_CONNECTIONS, raise_open_file_limit
+    from firstgate.store import open_store
 
     raise_open_file_limit()
     settings_path = workdir / "models.yaml"
@@ -202,9 +201,8 @@ def run_client(url: str, streams: int, concurrency: int, stop: bool) -> dict[str
     import socket
 
     import gevent
+    from firstgate.serve.server import raise_open_file_limit
     from gevent.pool import Pool
-
-    from serve.server import raise_open_file_limit
 
     raise_open_file_limit()
     host, port = re.match(r"http://([\d.]+):(\d+)", url).groups()  # type: ignore[union-attr]
@@ -287,7 +285,7 @@ def _start_serve(workdir: Path, model_url: str) -> tuple[subprocess.Popen[str], 
     (workdir / "models.yaml").write_text(settings_yaml(model_url))
     log = (workdir / "serve.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "serve.cli", "serve", str(apps), "--port", "0",
+        [sys.executable, "-m", "firstgate.serve.cli", "serve", str(apps), "--port", "0",
          "--models", str(workdir / "models.yaml"), "--state", str(workdir / "serve.db")],
         env={**os.environ, "FIRSTGATE_APP_KEY_STREAM": KEY},
         stdout=log,

@@ -14,9 +14,9 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 
 import httpx  # noqa: E402
+from firstgate.plugin_daemon_client import LLMClient, first_token_gate  # noqa: E402
 
 from bench.common import ServerProcess, header, line  # noqa: E402
-from plugin_daemon_client import LLMClient, first_token_gate  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "firehose"}]
 

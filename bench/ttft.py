@@ -17,11 +17,12 @@ import socket  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
+from firstgate.runtime import events as ev  # noqa: E402
+from firstgate.runtime import load_workflow  # noqa: E402
+from firstgate.runtime.settings import RuntimeSettings  # noqa: E402
+from firstgate.runtime.settings.providers import ProviderRoute  # noqa: E402
+
 from bench.common import header, line, ms, one_llm_flow, percentile  # noqa: E402
-from runtime import events as ev  # noqa: E402
-from runtime import load_workflow  # noqa: E402
-from runtime.settings import RuntimeSettings  # noqa: E402
-from runtime.settings.providers import ProviderRoute  # noqa: E402
 
 PROMPT = "Name one colour."
 PARAMS = {"temperature": 0, "max_tokens": 8, "seed": 1}
@@ -98,12 +99,12 @@ def main() -> None:
     args = parser.parse_args()
     header(f"6. TTFT overhead vs a raw socket, real llama-server ({args.runs} runs each)")
     try:
-        from runtime.local_server import LlamaServer
+        from firstgate.runtime.local_server import LlamaServer
 
         server = LlamaServer(ctx_size=2048, parallel=1)
         server.start()
     except Exception as exc:  # noqa: BLE001 - the benchmark is optional without the model
-        line(f"skipped: {exc} (run `python -m runtime.local_model fetch`)")
+        line(f"skipped: {exc} (run `python -m firstgate.runtime.local_model fetch`)")
         return
     try:
         assert server.port is not None

@@ -33,12 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from firstgate.nodes.jinja import template_problem
+from firstgate.runtime import load_workflow
+from firstgate.runtime.yaml_reader import parse_yaml
 
 from bench.chain_dsl import chain_document, chain_yaml
 from bench.common import header, line
-from nodes.jinja import template_problem
-from runtime import load_workflow
-from runtime.yaml_reader import parse_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 GRAPHON_ENV = Path(

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from connectors.guarded_http import (
+from firstgate.connectors.guarded_http import (
     CancelLike,
     GuardedHttp,
     HttpLimits,
@@ -30,9 +30,9 @@ from connectors.guarded_http import (
     Timeouts,
     safe_url,
 )
-from connectors.net_policy import NetworkPolicy
-from connectors.tool_messages import ToolError, ToolMessage, json_message, text
-from connectors.tool_parameters import ParamType, ToolParameter, prepare, schema_type
+from firstgate.connectors.net_policy import NetworkPolicy
+from firstgate.connectors.tool_messages import ToolError, ToolMessage, json_message, text
+from firstgate.connectors.tool_parameters import ParamType, ToolParameter, prepare, schema_type
 
 _METHODS = ("get", "post", "put", "patch", "delete", "head", "options")
 

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from connectors.errors import ConnectorError
-from connectors.guarded_http import CancelLike
+from firstgate.connectors.errors import ConnectorError
+from firstgate.connectors.guarded_http import CancelLike
 
 T = TypeVar("T")
 

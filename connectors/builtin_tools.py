@@ -16,8 +16,8 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from connectors.tool_messages import ToolError, ToolMessage, text
-from connectors.tool_parameters import ParamType, ToolParameter
+from firstgate.connectors.tool_messages import ToolError, ToolMessage, text
+from firstgate.connectors.tool_parameters import ParamType, ToolParameter
 
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 

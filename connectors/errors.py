@@ -3,7 +3,7 @@ parameters, rendered from `locales`), and none ever carries a secret."""
 
 from __future__ import annotations
 
-from locales.localized_error import LocalizedError
+from firstgate.locales.localized_error import LocalizedError
 
 
 class ConnectorError(LocalizedError):

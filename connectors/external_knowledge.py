@@ -19,8 +19,7 @@ import math
 from typing import Any
 
 import httpx
-
-from connectors.knowledge import KnowledgeError, MetadataCondition, Record
+from firstgate.connectors.knowledge import KnowledgeError, MetadataCondition, Record
 
 _MAX_ANSWER_BYTES = 16 * 1024 * 1024
 

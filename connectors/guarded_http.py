@@ -41,8 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpcore
 import httpx
-
-from connectors.errors import (
+from firstgate.connectors.errors import (
     ConnectorError,
     HttpTimeoutError,
     HttpTransportError,
@@ -51,7 +50,7 @@ from connectors.errors import (
     ResponseTooLargeError,
     TooManyRedirectsError,
 )
-from connectors.net_policy import NetworkPolicy
+from firstgate.connectors.net_policy import NetworkPolicy
 
 # Dify's defaults (HTTP_REQUEST_NODE_MAX_TEXT_SIZE / _MAX_BINARY_SIZE, the
 # HTTP_REQUEST_MAX_*_TIMEOUT settings).

@@ -9,18 +9,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connectors.api_tools import ApiAuth, ApiProvider
-from connectors.guarded_http import (
+from firstgate.connectors.api_tools import ApiAuth, ApiProvider
+from firstgate.connectors.guarded_http import (
     DEFAULT_MAX_BINARY_BYTES,
     DEFAULT_MAX_REDIRECTS,
     DEFAULT_MAX_TEXT_BYTES,
     GuardedHttp,
     HttpLimits,
 )
-from connectors.knowledge import KnowledgeBackend, KnowledgeError
-from connectors.mcp_client import McpServer
-from connectors.net_policy import NetworkPolicy
-from connectors.tool_messages import ToolError
+from firstgate.connectors.knowledge import KnowledgeBackend, KnowledgeError
+from firstgate.connectors.mcp_client import McpServer
+from firstgate.connectors.net_policy import NetworkPolicy
+from firstgate.connectors.tool_messages import ToolError
 
 
 @dataclass
@@ -153,10 +153,10 @@ def env_value(name: str, what: str) -> str:
 
 def _backend(spec: Any) -> KnowledgeBackend:
     if spec.kind == "local":
-        from connectors.local_index import LocalIndex
+        from firstgate.connectors.local_index import LocalIndex
 
         return LocalIndex(spec.index)
-    from connectors.external_knowledge import ExternalKnowledge
+    from firstgate.connectors.external_knowledge import ExternalKnowledge
 
     api_key = None
     if spec.api_key_env:

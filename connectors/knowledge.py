@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from connectors.errors import ConnectorError
+from firstgate.connectors.errors import ConnectorError
 
 
 class KnowledgeError(ConnectorError):

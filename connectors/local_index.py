@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from connectors.knowledge import KnowledgeError, MetadataCondition, Record, matches
+from firstgate.connectors.knowledge import KnowledgeError, MetadataCondition, Record, matches
 
 TEXT_EXTENSIONS = frozenset({".txt", ".md", ".markdown", ".html", ".htm", ".csv", ".json", ".rst"})
 CHUNK_CHARS = 1000

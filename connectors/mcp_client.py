@@ -20,9 +20,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.async_call import CallCancelled, CallTimedOut, run_async
-from connectors.guarded_http import CancelLike, safe_url
-from connectors.tool_messages import (
+from firstgate.connectors.async_call import CallCancelled, CallTimedOut, run_async
+from firstgate.connectors.guarded_http import CancelLike, safe_url
+from firstgate.connectors.tool_messages import (
     ToolCancelledError,
     ToolError,
     ToolMessage,
@@ -32,7 +32,7 @@ from connectors.tool_messages import (
     text,
     variable,
 )
-from connectors.tool_parameters import (
+from firstgate.connectors.tool_parameters import (
     ParamType,
     ToolParameter,
     ToolParameterError,

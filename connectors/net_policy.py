@@ -22,7 +22,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from connectors.errors import AddressRefusedError
+from firstgate.connectors.errors import AddressRefusedError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from connectors.errors import ConnectorError
+from firstgate.connectors.errors import ConnectorError
 
 
 class ToolError(ConnectorError):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from connectors.tool_messages import ToolError
+from firstgate.connectors.tool_messages import ToolError
 
 
 class ToolParameterError(ToolError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from locales import t
+from firstgate.locales import t
 
 
 class LocalizedError(Exception):

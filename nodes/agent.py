@@ -31,17 +31,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from firstgate.nodes import agent_plugin
+from firstgate.nodes.agent_strategies import Rounds, function_calling, react
+from firstgate.nodes.agent_tools import ToolEntry, bind
+from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError
+from firstgate.nodes.config import BaseNodeData, DslModel, dsl_error, shown
+from firstgate.nodes.llm_prompt import MemoryConfig, history_messages
+from firstgate.nodes.model_call import Invocation, ModelConfig, move_legacy_gate_params
+from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.values import as_text, render_text
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
-
-from nodes import agent_plugin
-from nodes.agent_strategies import Rounds, function_calling, react
-from nodes.agent_tools import ToolEntry, bind
-from nodes.base import Needs, NodeContext, NodeResult, NodeRunError
-from nodes.config import BaseNodeData, DslModel, dsl_error, shown
-from nodes.llm_prompt import MemoryConfig, history_messages
-from nodes.model_call import Invocation, ModelConfig, move_legacy_gate_params
-from nodes.selectors import Selector, template_selectors
-from nodes.values import as_text, render_text
 
 TYPE = "agent"
 SUPPORTS_RETRY = True

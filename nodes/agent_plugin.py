@@ -18,10 +18,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.tool_messages import MessageType, ToolMessage
-from nodes.base import AgentLogEntry, NodeContext, NodeResult, NodeRunError
-from nodes.tool import DEFAULT_MAX_FILE_BYTES, DEFAULT_TIMEOUT_S, collect
-from nodes.tool_providers import PluginProvider, capped, daemon_messages
+from firstgate.connectors.tool_messages import MessageType, ToolMessage
+from firstgate.nodes.base import AgentLogEntry, NodeContext, NodeResult, NodeRunError
+from firstgate.nodes.tool import DEFAULT_MAX_FILE_BYTES, DEFAULT_TIMEOUT_S, collect
+from firstgate.nodes.tool_providers import PluginProvider, capped, daemon_messages
 
 
 @dataclass(frozen=True, slots=True)

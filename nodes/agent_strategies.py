@@ -28,12 +28,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodes.agent_tools import BoundTool, ToolRun, call
-from nodes.base import AgentLogEntry, NodeContext
-from nodes.files import File
-from nodes.json_answer import read_json_object
-from nodes.model_call import ModelConfig, call_model
-from plugin_daemon_client.invoke import CallBudgets, ModelReply, ModelRequest, ToolCallRequest
+from firstgate.nodes.agent_tools import BoundTool, ToolRun, call
+from firstgate.nodes.base import AgentLogEntry, NodeContext
+from firstgate.nodes.files import File
+from firstgate.nodes.json_answer import read_json_object
+from firstgate.nodes.model_call import ModelConfig, call_model
+from firstgate.plugin_daemon_client.invoke import (
+    CallBudgets,
+    ModelReply,
+    ModelRequest,
+    ToolCallRequest,
+)
 
 FINAL_ANSWER = "Final Answer"
 

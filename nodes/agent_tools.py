@@ -26,18 +26,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from firstgate.connectors import builtin_tools
+from firstgate.connectors.tool_messages import MessageType, ToolError, ToolMessage
+from firstgate.connectors.tool_parameters import ParamType, ToolParameter
+from firstgate.nodes.base import NodeContext, VariableReader
+from firstgate.nodes.config import DslModel
+from firstgate.nodes.files import File, from_bytes
+from firstgate.nodes.tool import DEFAULT_MAX_FILE_BYTES, DEFAULT_TIMEOUT_S, check_provider
+from firstgate.nodes.tool_providers import ToolCall, capped, provider_for
+from firstgate.nodes.values import render_text
+from firstgate.plugin_daemon_client.protocols import ToolSpec
 from pydantic import Field, ValidationInfo, field_validator, model_validator
-
-from connectors import builtin_tools
-from connectors.tool_messages import MessageType, ToolError, ToolMessage
-from connectors.tool_parameters import ParamType, ToolParameter
-from nodes.base import NodeContext, VariableReader
-from nodes.config import DslModel
-from nodes.files import File, from_bytes
-from nodes.tool import DEFAULT_MAX_FILE_BYTES, DEFAULT_TIMEOUT_S, check_provider
-from nodes.tool_providers import ToolCall, capped, provider_for
-from nodes.values import render_text
-from plugin_daemon_client.protocols import ToolSpec
 
 # JSON schema types of Dify's tool parameter types (files cannot come from a model).
 _JSON_TYPES = {

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.base import NodeContext, NodeResult, Role
-from nodes.config import BaseNodeData
-from nodes.selectors import Segment, Selector, parse_template, template_selectors
-from nodes.values import render_markdown
+from firstgate.nodes.base import NodeContext, NodeResult, Role
+from firstgate.nodes.config import BaseNodeData
+from firstgate.nodes.selectors import Segment, Selector, parse_template, template_selectors
+from firstgate.nodes.values import render_markdown
 
 TYPE = "answer"
 ROLE = Role.RESPONSE

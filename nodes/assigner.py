@@ -16,12 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError, VariableReader
+from firstgate.nodes.config import BaseNodeData, DslModel, OptionalSelector
+from firstgate.nodes.selectors import Selector
+from firstgate.nodes.value_types import empty_value, fits, fits_item, type_of
 from pydantic import BeforeValidator, Field
-
-from nodes.base import Needs, NodeContext, NodeResult, NodeRunError, VariableReader
-from nodes.config import BaseNodeData, DslModel, OptionalSelector
-from nodes.selectors import Selector
-from nodes.value_types import empty_value, fits, fits_item, type_of
 
 TYPE = "assigner"
 SUPPORTS_RETRY = False

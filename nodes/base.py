@@ -10,23 +10,23 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from locales.localized_error import LocalizedError
-from nodes.cancel import CancelToken
-from nodes.selectors import Selector
+from firstgate.locales.localized_error import LocalizedError
+from firstgate.nodes.cancel import CancelToken
+from firstgate.nodes.selectors import Selector
 
 # What nodes see of the routes (re-exported: the client layer owns them).
-from plugin_daemon_client.plan import ClientProvider as ClientProvider
-from plugin_daemon_client.plan import Clients as Clients
-from plugin_daemon_client.plan import RoutePlan as RoutePlan
-from plugin_daemon_client.plan import RoutePlanner as RoutePlanner
-from plugin_daemon_client.plan import RouteTarget as RouteTarget
-from plugin_daemon_client.plan import plan_for as plan_for
+from firstgate.plugin_daemon_client.plan import ClientProvider as ClientProvider
+from firstgate.plugin_daemon_client.plan import Clients as Clients
+from firstgate.plugin_daemon_client.plan import RoutePlan as RoutePlan
+from firstgate.plugin_daemon_client.plan import RoutePlanner as RoutePlanner
+from firstgate.plugin_daemon_client.plan import RouteTarget as RouteTarget
+from firstgate.plugin_daemon_client.plan import plan_for as plan_for
 
 if TYPE_CHECKING:
-    from connectors.hub import Connectors
-    from plugin_daemon_client.fallback import FallbackEvent
-    from plugin_daemon_client.gate import WaitInfo
-    from sandbox.executor import CodeExecutor
+    from firstgate.connectors.hub import Connectors
+    from firstgate.plugin_daemon_client.fallback import FallbackEvent
+    from firstgate.plugin_daemon_client.gate import WaitInfo
+    from firstgate.sandbox.executor import CodeExecutor
 
 
 class Role(StrEnum):

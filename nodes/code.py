@@ -18,13 +18,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError
+from firstgate.nodes.code_outputs import check_outputs
+from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField
+from firstgate.nodes.selectors import Selector
+from firstgate.nodes.values import jsonable
 from pydantic import BeforeValidator, Field
-
-from nodes.base import Needs, NodeContext, NodeResult, NodeRunError
-from nodes.code_outputs import check_outputs
-from nodes.config import BaseNodeData, DslModel, SelectorField
-from nodes.selectors import Selector
-from nodes.values import jsonable
 
 TYPE = "code"
 SUPPORTS_RETRY = True

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Protocol
 
-from nodes.base import NodeRunError
-from sandbox.executor import OutputLimits
+from firstgate.nodes.base import NodeRunError
+from firstgate.sandbox.executor import OutputLimits
 
 
 class CodeNodeError(NodeRunError):

@@ -14,11 +14,10 @@ import math
 import reprlib
 from typing import Annotated, Any, Literal
 
+from firstgate.nodes.selectors import Selector
+from firstgate.plugin_daemon_client.durations import DurationError, parse_duration
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
-
-from nodes.selectors import Selector
-from plugin_daemon_client.durations import DurationError, parse_duration
 
 # At most this much of a value is quoted in a message: a value can be megabytes
 # (or an alias bomb), and a message must stay a line a person can read.

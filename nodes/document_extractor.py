@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.base import NodeContext, NodeResult
-from nodes.config import BaseNodeData, SelectorField
-from nodes.document_text import DocumentError, Limits, extract_text
-from nodes.file_content import read
-from nodes.files import File
-from nodes.selectors import Selector
+from firstgate.nodes.base import NodeContext, NodeResult
+from firstgate.nodes.config import BaseNodeData, SelectorField
+from firstgate.nodes.document_text import DocumentError, Limits, extract_text
+from firstgate.nodes.file_content import read
+from firstgate.nodes.files import File
+from firstgate.nodes.selectors import Selector
 
 TYPE = "document-extractor"
 SUPPORTS_RETRY = True

@@ -20,7 +20,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from nodes.base import NodeRunError
+from firstgate.nodes.base import NodeRunError
 
 
 class DocumentError(NodeRunError):

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from firstgate.nodes.base import NodeContext, NodeResult, Role
+from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField
+from firstgate.nodes.selectors import Segment, Selector, TextSegment, VariableSegment
 from pydantic import Field
-
-from nodes.base import NodeContext, NodeResult, Role
-from nodes.config import BaseNodeData, DslModel, SelectorField
-from nodes.selectors import Segment, Selector, TextSegment, VariableSegment
 
 TYPE = "end"
 ROLE = Role.RESPONSE

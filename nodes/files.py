@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from nodes.base import NodeRunError
+from firstgate.nodes.base import NodeRunError
 
 # Dify marks serialized files with this so that a file can be told from an
 # object that merely has the same keys.

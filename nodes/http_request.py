@@ -31,10 +31,8 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BeforeValidator, Field, field_validator
-
-from connectors.errors import ConnectorError
-from connectors.guarded_http import (
+from firstgate.connectors.errors import ConnectorError
+from firstgate.connectors.guarded_http import (
     MAX_CONNECT_TIMEOUT_S,
     MAX_READ_TIMEOUT_S,
     MAX_WRITE_TIMEOUT_S,
@@ -43,12 +41,13 @@ from connectors.guarded_http import (
     Timeouts,
     safe_url,
 )
-from nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
-from nodes.config import BaseNodeData, DslModel, OptionalSelector, dsl_error, shown
-from nodes.file_content import read as read_file
-from nodes.files import File, from_bytes
-from nodes.selectors import Selector, template_selectors
-from nodes.values import render_text
+from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
+from firstgate.nodes.config import BaseNodeData, DslModel, OptionalSelector, dsl_error, shown
+from firstgate.nodes.file_content import read as read_file
+from firstgate.nodes.files import File, from_bytes
+from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.values import render_text
+from pydantic import BeforeValidator, Field, field_validator
 
 TYPE = "http-request"
 SUPPORTS_RETRY = True

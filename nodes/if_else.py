@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from firstgate.nodes.base import NodeContext, NodeResult, Role, VariableReader
+from firstgate.nodes.comparison import UNARY, Operator, compare, normalize_operator
+from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField
+from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.values import render_text
 from pydantic import BeforeValidator, Field, model_validator
-
-from nodes.base import NodeContext, NodeResult, Role, VariableReader
-from nodes.comparison import UNARY, Operator, compare, normalize_operator
-from nodes.config import BaseNodeData, DslModel, SelectorField
-from nodes.selectors import Selector, template_selectors
-from nodes.values import render_text
 
 TYPE = "if-else"
 ROLE = Role.BRANCH

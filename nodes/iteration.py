@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from nodes.base import (
+from firstgate.nodes.base import (
     ContainerSpec,
     NodeContext,
     NodeResult,
@@ -28,9 +28,9 @@ from nodes.base import (
     Rounds,
     VariableReader,
 )
-from nodes.config import BaseNodeData, OptionalSelector, SelectorField, between
-from nodes.files import File
-from nodes.selectors import Selector
+from firstgate.nodes.config import BaseNodeData, OptionalSelector, SelectorField, between
+from firstgate.nodes.files import File
+from firstgate.nodes.selectors import Selector
 
 TYPE = "iteration"
 ROLE = Role.CONTAINER

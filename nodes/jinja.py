@@ -30,20 +30,19 @@ from functools import lru_cache
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Annotated, Any
 
+from firstgate.nodes.base import NeedsWorker, NodeRunError
+from firstgate.nodes.config import dsl_error, shown
+from firstgate.nodes.jinja_triage import inline_reason
+from firstgate.nodes.rendering import MAX_RENDERED_CHARS, TextBuilder, too_long
+from firstgate.nodes.values import jsonable
+from firstgate.sandbox.errors import CodeExecutionError
 from jinja2 import Template, TemplateError, TemplateSyntaxError, nodes
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 
-from nodes.base import NeedsWorker, NodeRunError
-from nodes.config import dsl_error, shown
-from nodes.jinja_triage import inline_reason
-from nodes.rendering import MAX_RENDERED_CHARS, TextBuilder, too_long
-from nodes.values import jsonable
-from sandbox.errors import CodeExecutionError
-
 if TYPE_CHECKING:
-    from sandbox.executor import Cancellable, CodeExecutor
+    from firstgate.sandbox.executor import Cancellable, CodeExecutor
 
 # Dify caps template output; an unbounded template can exhaust memory. The cap
 # and its check are the ones every rendered text has (nodes/rendering.py).

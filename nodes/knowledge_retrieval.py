@@ -23,13 +23,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from firstgate.connectors.knowledge import Condition, MetadataCondition, Record
+from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
+from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error
+from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.values import render_text
 from pydantic import Field, field_validator
-
-from connectors.knowledge import Condition, MetadataCondition, Record
-from nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
-from nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error
-from nodes.selectors import Selector, template_selectors
-from nodes.values import render_text
 
 TYPE = "knowledge-retrieval"
 SUPPORTS_RETRY = True

@@ -22,13 +22,12 @@ import math
 from collections.abc import Callable
 from typing import Any, Literal
 
+from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
+from firstgate.nodes.config import BaseNodeData, DslModel, OptionalSelector
+from firstgate.nodes.files import File
+from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.values import jsonable, render_text
 from pydantic import Field
-
-from nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
-from nodes.config import BaseNodeData, DslModel, OptionalSelector
-from nodes.files import File
-from nodes.selectors import Selector, template_selectors
-from nodes.values import jsonable, render_text
 
 TYPE = "list-operator"
 SUPPORTS_RETRY = False

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, model_validator
-
-from nodes.base import Needs, NodeContext, NodeResult
-from nodes.config import BaseNodeData, DslModel, dsl_error
-from nodes.llm_prompt import (
+from firstgate.nodes.base import Needs, NodeContext, NodeResult
+from firstgate.nodes.config import BaseNodeData, DslModel, dsl_error
+from firstgate.nodes.llm_prompt import (
     ContextConfig,
     MemoryConfig,
     PromptConfig,
@@ -20,10 +18,11 @@ from nodes.llm_prompt import (
     prompt_selectors,
     shown_prompt,
 )
-from nodes.model_call import Invocation, ModelConfig, call_model, move_legacy_gate_params
-from nodes.selectors import Selector
-from nodes.structured_output import parse_and_validate, schema_problem
-from plugin_daemon_client.invoke import ModelRequest
+from firstgate.nodes.model_call import Invocation, ModelConfig, call_model, move_legacy_gate_params
+from firstgate.nodes.selectors import Selector
+from firstgate.nodes.structured_output import parse_and_validate, schema_problem
+from firstgate.plugin_daemon_client.invoke import ModelRequest
+from pydantic import Field, model_validator
 
 TYPE = "llm"
 SUPPORTS_RETRY = True

@@ -14,18 +14,17 @@ import base64
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from firstgate.nodes.base import ChatTurn, NodeRunError, VariableReader
+from firstgate.nodes.config import DslModel, OptionalSelector, SelectorField, between
+from firstgate.nodes.files import DEFAULT_SIZE_LIMITS, File, FileType
+from firstgate.nodes.jinja import checked_template, render_jinja
+from firstgate.nodes.rendering import TextBudget
+from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.values import as_text, render_text
 from pydantic import Field, model_validator
 
-from nodes.base import ChatTurn, NodeRunError, VariableReader
-from nodes.config import DslModel, OptionalSelector, SelectorField, between
-from nodes.files import DEFAULT_SIZE_LIMITS, File, FileType
-from nodes.jinja import checked_template, render_jinja
-from nodes.rendering import TextBudget
-from nodes.selectors import Selector, template_selectors
-from nodes.values import as_text, render_text
-
 if TYPE_CHECKING:
-    from sandbox.executor import Cancellable, CodeExecutor
+    from firstgate.sandbox.executor import Cancellable, CodeExecutor
 
 CONTEXT_PLACEHOLDER = "{{#context#}}"
 HISTORIES_PLACEHOLDERS = ("{{#histories#}}", "#histories#")

@@ -17,9 +17,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
-
-from nodes.base import (
+from firstgate.nodes.base import (
     ContainerSpec,
     NodeContext,
     NodeResult,
@@ -30,10 +28,11 @@ from nodes.base import (
     Rounds,
     VariableReader,
 )
-from nodes.config import BaseNodeData, DslModel, between
-from nodes.if_else import Condition, condition_selectors, conditions_hold
-from nodes.selectors import Selector
-from nodes.value_types import fits
+from firstgate.nodes.config import BaseNodeData, DslModel, between
+from firstgate.nodes.if_else import Condition, condition_selectors, conditions_hold
+from firstgate.nodes.selectors import Selector
+from firstgate.nodes.value_types import fits
+from pydantic import Field
 
 TYPE = "loop"
 ROLE = Role.CONTAINER

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from nodes.base import NodeContext, NodeResult
-from nodes.config import BaseNodeData
-from nodes.selectors import Selector
+from firstgate.nodes.base import NodeContext, NodeResult
+from firstgate.nodes.config import BaseNodeData
+from firstgate.nodes.selectors import Selector
 
 TYPE = "loop-end"
 SUPPORTS_RETRY = False

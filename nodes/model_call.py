@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from firstgate.nodes.base import NodeContext, NodeRunError, plan_for
+from firstgate.nodes.config import DslModel, Milliseconds, dsl_error, shown
+from firstgate.nodes.llm_prompt import MemoryConfig, history_text
+from firstgate.plugin_daemon_client.durations import DurationError, parse_duration
+from firstgate.plugin_daemon_client.invoke import (
+    CallBudgets,
+    ModelReply,
+    ModelRequest,
+    Sinks,
+    invoke,
+)
 from pydantic import BeforeValidator, Field
-
-from nodes.base import NodeContext, NodeRunError, plan_for
-from nodes.config import DslModel, Milliseconds, dsl_error, shown
-from nodes.llm_prompt import MemoryConfig, history_text
-from plugin_daemon_client.durations import DurationError, parse_duration
-from plugin_daemon_client.invoke import CallBudgets, ModelReply, ModelRequest, Sinks, invoke
 
 # Gate budgets that older flows wrote into completion_params. They are never
 # sent to the model; `invocation` wins when both are present.

@@ -34,26 +34,24 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
-
-from nodes.base import Needs, NodeContext, NodeResult
-from nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error, shown
-from nodes.json_answer import read_json_object
-from nodes.llm_prompt import (
+from firstgate.nodes.base import Needs, NodeContext, NodeResult
+from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error, shown
+from firstgate.nodes.json_answer import read_json_object
+from firstgate.nodes.llm_prompt import (
     MemoryConfig,
     VisionConfig,
     attach_vision,
     shown_prompt,
     vision_selectors,
 )
-from nodes.model_call import (
+from firstgate.nodes.model_call import (
     Invocation,
     ModelConfig,
     call_model,
     memory_text,
     move_legacy_gate_params,
 )
-from nodes.parameter_values import (
+from firstgate.nodes.parameter_values import (
     LEGACY_TYPES,
     PARAMETER_TYPES,
     ExtractionProblem,
@@ -63,10 +61,11 @@ from nodes.parameter_values import (
     fallback_result,
     json_schema,
 )
-from nodes.selectors import Selector, template_selectors
-from nodes.values import as_text, render_text
-from plugin_daemon_client.invoke import ModelReply, ModelRequest
-from plugin_daemon_client.protocols import ToolSpec
+from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.values import as_text, render_text
+from firstgate.plugin_daemon_client.invoke import ModelReply, ModelRequest
+from firstgate.plugin_daemon_client.protocols import ToolSpec
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 TYPE = "parameter-extractor"
 SUPPORTS_RETRY = True

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from nodes.base import NodeRunError
+from firstgate.nodes.base import NodeRunError
 
 ParameterType = Literal[
     "string",

@@ -27,28 +27,27 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import Field, model_validator
-
-from nodes.base import Needs, NodeContext, NodeResult, NodeRunError, Role
-from nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error, shown
-from nodes.json_answer import read_json_object
-from nodes.llm_prompt import (
+from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError, Role
+from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error, shown
+from firstgate.nodes.json_answer import read_json_object
+from firstgate.nodes.llm_prompt import (
     MemoryConfig,
     VisionConfig,
     attach_vision,
     shown_prompt,
     vision_selectors,
 )
-from nodes.model_call import (
+from firstgate.nodes.model_call import (
     Invocation,
     ModelConfig,
     call_model,
     memory_text,
     move_legacy_gate_params,
 )
-from nodes.selectors import Selector, template_selectors
-from nodes.values import as_text, render_text
-from plugin_daemon_client.invoke import ModelRequest
+from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.values import as_text, render_text
+from firstgate.plugin_daemon_client.invoke import ModelRequest
+from pydantic import Field, model_validator
 
 TYPE = "question-classifier"
 ROLE = Role.BRANCH  # takes the edge of one class

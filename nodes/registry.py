@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from nodes import (
+from firstgate.nodes import (
     agent,
     answer,
     assigner,
@@ -40,7 +40,7 @@ from nodes import (
     tool,
     variable_aggregator,
 )
-from nodes.base import (
+from firstgate.nodes.base import (
     NO_NEEDS,
     SUCCESS_HANDLE,
     ContainerSpec,
@@ -49,8 +49,8 @@ from nodes.base import (
     NodeResult,
     Role,
 )
-from nodes.config import BaseNodeData
-from nodes.selectors import Segment, Selector
+from firstgate.nodes.config import BaseNodeData
+from firstgate.nodes.selectors import Segment, Selector
 
 
 @dataclass(frozen=True, slots=True)

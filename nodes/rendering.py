@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from locales.localized_error import LocalizedError
+from firstgate.locales.localized_error import LocalizedError
 
 DEFAULT_MAX_RENDERED_CHARS = 400_000
 

@@ -4,9 +4,9 @@ no events (Dify reports none either); the round's first nodes follow it."""
 
 from __future__ import annotations
 
-from nodes.base import NodeContext, NodeResult, Role
-from nodes.config import BaseNodeData
-from nodes.selectors import Selector
+from firstgate.nodes.base import NodeContext, NodeResult, Role
+from firstgate.nodes.config import BaseNodeData
+from firstgate.nodes.selectors import Selector
 
 TYPE = "iteration-start"
 ALIASES = ("loop-start",)

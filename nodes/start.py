@@ -7,15 +7,14 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from firstgate.locales import t
+from firstgate.nodes import files
+from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, Role
+from firstgate.nodes.config import BaseNodeData, DslModel, dsl_error, shown
+from firstgate.nodes.files import File, FileError, FileRules
+from firstgate.nodes.nesting import MAX_DEPTH, deeper_than
+from firstgate.nodes.selectors import Selector
 from pydantic import Field, field_validator
-
-from locales import t
-from nodes import files
-from nodes.base import NodeContext, NodeResult, NodeRunError, Role
-from nodes.config import BaseNodeData, DslModel, dsl_error, shown
-from nodes.files import File, FileError, FileRules
-from nodes.nesting import MAX_DEPTH, deeper_than
-from nodes.selectors import Selector
 
 TYPE = "start"
 ROLE = Role.ROOT

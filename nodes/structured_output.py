@@ -15,13 +15,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import regex
+from firstgate.nodes.base import NodeRunError
+from firstgate.nodes.json_answer import read_json_object
 from jsonschema import Draft7Validator, ValidationError, validators
 from jsonschema.exceptions import SchemaError, best_match
 from referencing import Registry
 from referencing.exceptions import Unresolvable
-
-from nodes.base import NodeRunError
-from nodes.json_answer import read_json_object
 
 # One pattern match may take this long before it counts as a mismatch.
 PATTERN_TIMEOUT_S = 0.25

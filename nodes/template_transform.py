@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from firstgate.nodes.base import NodeContext, NodeResult
+from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField
+from firstgate.nodes.jinja import JinjaSource, render_jinja
+from firstgate.nodes.selectors import Selector
 from pydantic import Field
-
-from nodes.base import NodeContext, NodeResult
-from nodes.config import BaseNodeData, DslModel, SelectorField
-from nodes.jinja import JinjaSource, render_jinja
-from nodes.selectors import Selector
 
 TYPE = "template-transform"
 SUPPORTS_RETRY = False

@@ -36,17 +36,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from firstgate.connectors import builtin_tools
+from firstgate.connectors.api_tools import parse_openapi
+from firstgate.connectors.tool_messages import MessageType, ToolMessage
+from firstgate.nodes.base import (
+    ANY_OUTPUT,
+    Needs,
+    NodeContext,
+    NodeResult,
+    NodeRunError,
+    VariableReader,
+)
+from firstgate.nodes.config import BaseNodeData, DslModel, dsl_error, shown
+from firstgate.nodes.files import File, from_bytes, from_remote_url
+from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.tool_providers import ToolCall, capped, provider_for
+from firstgate.nodes.values import render_text as render
 from pydantic import Field, ValidationInfo, field_validator, model_validator
-
-from connectors import builtin_tools
-from connectors.api_tools import parse_openapi
-from connectors.tool_messages import MessageType, ToolMessage
-from nodes.base import ANY_OUTPUT, Needs, NodeContext, NodeResult, NodeRunError, VariableReader
-from nodes.config import BaseNodeData, DslModel, dsl_error, shown
-from nodes.files import File, from_bytes, from_remote_url
-from nodes.selectors import Selector, template_selectors
-from nodes.tool_providers import ToolCall, capped, provider_for
-from nodes.values import render_text as render
 
 TYPE = "tool"
 SUPPORTS_RETRY = True

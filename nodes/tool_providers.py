@@ -16,12 +16,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from connectors.api_tools import ApiProvider
-from connectors.builtin_tools import BuiltinTool
-from connectors.guarded_http import CancelLike
-from connectors.hub import Connectors, env_value
-from connectors.mcp_client import McpServer
-from connectors.tool_messages import (
+from firstgate.connectors.api_tools import ApiProvider
+from firstgate.connectors.builtin_tools import BuiltinTool
+from firstgate.connectors.guarded_http import CancelLike
+from firstgate.connectors.hub import Connectors, env_value
+from firstgate.connectors.mcp_client import McpServer
+from firstgate.connectors.tool_messages import (
     MessageType,
     ToolCancelledError,
     ToolError,
@@ -32,16 +32,16 @@ from connectors.tool_messages import (
     parse_wire_message,
     text,
 )
-from connectors.tool_parameters import prepare
-from nodes.files import File
-from nodes.values import jsonable
-from plugin_daemon_client.errors import (
+from firstgate.connectors.tool_parameters import prepare
+from firstgate.nodes.files import File
+from firstgate.nodes.values import jsonable
+from firstgate.plugin_daemon_client.errors import (
     ConnectError,
     FirstGateError,
     StreamCancelledError,
     StreamTotalTimeoutError,
 )
-from plugin_daemon_client.tool_dispatch import PluginToolClient
+from firstgate.plugin_daemon_client.tool_dispatch import PluginToolClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +212,7 @@ def _is_files(value: Any) -> bool:
 
 def provider_for(provider_type: str, provider_id: str, connectors: Connectors) -> ToolProvider:
     """The provider serving a tool node (the node's data was checked at load time)."""
-    from connectors import builtin_tools
+    from firstgate.connectors import builtin_tools
 
     if provider_type == "mcp":
         return McpProvider(connectors.mcp_server(provider_id))

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nodes.base import VariableReader
-from nodes.files import File
-from nodes.rendering import TextBudget, TextBuilder
-from nodes.selectors import TextSegment, parse_template
+from firstgate.nodes.base import VariableReader
+from firstgate.nodes.files import File
+from firstgate.nodes.rendering import TextBudget, TextBuilder
+from firstgate.nodes.selectors import TextSegment, parse_template
 
 
 def as_text(value: Any) -> str:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from firstgate.nodes.base import NodeContext, NodeResult, VariableReader
+from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField
+from firstgate.nodes.selectors import Selector
 from pydantic import Field
-
-from nodes.base import NodeContext, NodeResult, VariableReader
-from nodes.config import BaseNodeData, DslModel, SelectorField
-from nodes.selectors import Selector
 
 TYPE = "variable-aggregator"
 # Dify's first name for this node; older exports still say it.

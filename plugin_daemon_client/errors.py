@@ -53,8 +53,7 @@ from typing import Any
 
 import httpcore
 import httpx
-
-from locales.localized_error import LocalizedError
+from firstgate.locales.localized_error import LocalizedError
 
 from .redaction import ServerText
 

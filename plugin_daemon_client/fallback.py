@@ -58,7 +58,7 @@ from ipaddress import ip_address
 from typing import Any, Generic, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-import locales
+from firstgate import locales
 
 from .durations import DurationError, positive_or_none, require_positive_seconds
 from .errors import (

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-import locales
+from firstgate import locales
 
 from .budgets import DEFAULT_CEILING_S, GateBudgets
 from .errors import (

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 from urllib.parse import quote, quote_plus
 
-from locales.localized_error import LocalizedError
+from firstgate.locales.localized_error import LocalizedError
 
 E = TypeVar("E", bound=LocalizedError)
 

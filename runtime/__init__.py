@@ -1,6 +1,6 @@
 """firstgate's workflow runtime: load Dify DSL, run it, iterate typed events.
 
-from runtime import load_workflow
+from firstgate.runtime import load_workflow
 workflow = load_workflow("flow.yml")          # or a dict; raises DslError
 settings = load_settings("models.yaml")       # optional; raises DslError
 run = workflow.run({"query": "hi"}, settings=settings)  # raises InputError / RouteError
@@ -9,14 +9,14 @@ for event in run:                             # typed dataclasses, in order
 run.abort()                                   # from any thread or greenlet
 """
 
-from runtime.engine import WorkflowRun
-from runtime.events import Event
-from runtime.limits import RunLimits
-from runtime.loader import load_workflow
-from runtime.problems import DslError, Problem
-from runtime.routes import RouteError
-from runtime.settings import RuntimeSettings, load_settings
-from runtime.workflow import Workflow
+from firstgate.runtime.engine import WorkflowRun
+from firstgate.runtime.events import Event
+from firstgate.runtime.limits import RunLimits
+from firstgate.runtime.loader import load_workflow
+from firstgate.runtime.problems import DslError, Problem
+from firstgate.runtime.routes import RouteError
+from firstgate.runtime.settings import RuntimeSettings, load_settings
+from firstgate.runtime.workflow import Workflow
 
 __all__ = [
     "DslError",

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from plugin_daemon_client.fallback import CircuitBreakers
+from firstgate.plugin_daemon_client.fallback import CircuitBreakers
 
 _SHARED_LOCK = threading.Lock()
 _SHARED_BREAKERS: dict[tuple[int, float], CircuitBreakers] = {}

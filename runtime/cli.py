@@ -19,22 +19,28 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 
-import locales
-from locales.localized_error import LocalizedError
-from nodes.config import shown
-from nodes.start import InputError
-from runtime import events as ev
-from runtime.engine import WorkflowRun
-from runtime.environment import EnvVarError, read_env_file
-from runtime.limits import DEFAULT_MAX_RUN_SECONDS, DEFAULT_MAX_STEPS, LimitSettingError, RunLimits
-from runtime.loader import load_workflow
-from runtime.messages import render_error
-from runtime.problems import DslError
-from runtime.routes import RouteError
-from runtime.settings import load_settings
-from runtime.terminal import HumanView, json_line
-from runtime.workflow import Workflow
-from store import Store, StoreError, open_store
+from firstgate.locales.localized_error import LocalizedError
+from firstgate.nodes.config import shown
+from firstgate.nodes.start import InputError
+from firstgate.runtime import events as ev
+from firstgate.runtime.engine import WorkflowRun
+from firstgate.runtime.environment import EnvVarError, read_env_file
+from firstgate.runtime.limits import (
+    DEFAULT_MAX_RUN_SECONDS,
+    DEFAULT_MAX_STEPS,
+    LimitSettingError,
+    RunLimits,
+)
+from firstgate.runtime.loader import load_workflow
+from firstgate.runtime.messages import render_error
+from firstgate.runtime.problems import DslError
+from firstgate.runtime.routes import RouteError
+from firstgate.runtime.settings import load_settings
+from firstgate.runtime.terminal import HumanView, json_line
+from firstgate.runtime.workflow import Workflow
+from firstgate.store import Store, StoreError, open_store
+
+from firstgate import locales
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 DEFAULT_CLI_USER = "cli-user"
@@ -283,8 +289,8 @@ def _ctrl_c_aborts(run: WorkflowRun) -> Iterator[None]:
 
 def cmd_index(args: argparse.Namespace, locale: str) -> int:
     """`firstgate index DIR --dataset ID [--index PATH | --models SETTINGS]`."""
-    from connectors.knowledge import KnowledgeError
-    from connectors.local_index import LocalIndex
+    from firstgate.connectors.knowledge import KnowledgeError
+    from firstgate.connectors.local_index import LocalIndex
 
     path = args.index
     try:

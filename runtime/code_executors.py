@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 
-from nodes.jinja import OPTIONS as JINJA_OPTIONS
-from runtime.routes import RouteError
-from runtime.settings.code_executor import CodeExecutorSettings
-from sandbox.dify_sandbox import DEFAULT_API_KEY, DifySandboxConfig, DifySandboxExecutor
-from sandbox.executor import CodeExecutor
-from sandbox.process_pool import ProcessSandbox, ProcessSandboxConfig
+from firstgate.nodes.jinja import OPTIONS as JINJA_OPTIONS
+from firstgate.runtime.routes import RouteError
+from firstgate.runtime.settings.code_executor import CodeExecutorSettings
+from firstgate.sandbox.dify_sandbox import DEFAULT_API_KEY, DifySandboxConfig, DifySandboxExecutor
+from firstgate.sandbox.executor import CodeExecutor
+from firstgate.sandbox.process_pool import ProcessSandbox, ProcessSandboxConfig
 
 
 def build_code_executor(settings: CodeExecutorSettings | None = None) -> CodeExecutor:

@@ -10,10 +10,9 @@ import json
 import math
 from typing import Annotated, Any, Literal
 
+from firstgate.nodes.base import LEGACY_SUCCESS_HANDLE, SUCCESS_HANDLE
+from firstgate.nodes.config import DslModel, dsl_error, shown
 from pydantic import BeforeValidator, Field, model_validator
-
-from nodes.base import LEGACY_SUCCESS_HANDLE, SUCCESS_HANDLE
-from nodes.config import DslModel, dsl_error, shown
 
 Mode = Literal["workflow", "advanced-chat"]
 

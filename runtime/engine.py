@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.hub import Connectors
-from nodes.base import (
+from firstgate.connectors.hub import Connectors
+from firstgate.nodes.base import (
     AgentLogEntry,
     Clients,
     NeedsWorker,
@@ -49,23 +49,36 @@ from nodes.base import (
     RoundDone,
     Rounds,
 )
-from nodes.cancel import CancelToken
-from nodes.values import jsonable
-from plugin_daemon_client.errors import FirstGateError
-from plugin_daemon_client.fallback import FallbackEvent
-from plugin_daemon_client.gate import WaitInfo
-from runtime import events as ev
-from runtime.error_handler import Outcome, Status, apply_strategy, error_type, execute, succeeded
-from runtime.frames import ContainerExecution, Execution, Frame
-from runtime.graph import Graph, NodeDef
-from runtime.limits import Deadline, LimitExceededError, RunLimits, steps_exceeded, time_exceeded
-from runtime.response_stream import Piece, StreamPlan
-from runtime.route_clients import RouteClients
-from runtime.session import RunSession, RunSummary
-from runtime.variable_pool import VariablePool
-from runtime.worker_pool import WorkerPool
-from sandbox.executor import CodeExecutor
-from store.base import NodeExecutionRecord
+from firstgate.nodes.cancel import CancelToken
+from firstgate.nodes.values import jsonable
+from firstgate.plugin_daemon_client.errors import FirstGateError
+from firstgate.plugin_daemon_client.fallback import FallbackEvent
+from firstgate.plugin_daemon_client.gate import WaitInfo
+from firstgate.runtime import events as ev
+from firstgate.runtime.error_handler import (
+    Outcome,
+    Status,
+    apply_strategy,
+    error_type,
+    execute,
+    succeeded,
+)
+from firstgate.runtime.frames import ContainerExecution, Execution, Frame
+from firstgate.runtime.graph import Graph, NodeDef
+from firstgate.runtime.limits import (
+    Deadline,
+    LimitExceededError,
+    RunLimits,
+    steps_exceeded,
+    time_exceeded,
+)
+from firstgate.runtime.response_stream import Piece, StreamPlan
+from firstgate.runtime.route_clients import RouteClients
+from firstgate.runtime.session import RunSession, RunSummary
+from firstgate.runtime.variable_pool import VariablePool
+from firstgate.runtime.worker_pool import WorkerPool
+from firstgate.sandbox.executor import CodeExecutor
+from firstgate.store.base import NodeExecutionRecord
 
 # How long a stopped run waits for its in-flight nodes to notice the cancel.
 DRAIN_GRACE_S = 5.0

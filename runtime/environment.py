@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from locales.localized_error import LocalizedError
-from plugin_daemon_client.redaction import MIN_SECRET_CHARS
-from runtime.redaction import Redactor
+from firstgate.locales.localized_error import LocalizedError
+from firstgate.plugin_daemon_client.redaction import MIN_SECRET_CHARS
+from firstgate.runtime.redaction import Redactor
 
 ENV_PREFIX = "FIRSTGATE_ENV_"
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from nodes.base import FAIL_HANDLE, NeedsWorker, NodeContext, NodeResult
-from nodes.cancel import CancelToken
-from nodes.selectors import Selector
-from runtime.graph import NodeDef
+from firstgate.nodes.base import FAIL_HANDLE, NeedsWorker, NodeContext, NodeResult
+from firstgate.nodes.cancel import CancelToken
+from firstgate.nodes.selectors import Selector
+from firstgate.runtime.graph import NodeDef
 
 
 class Status(Enum):

@@ -23,13 +23,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodes.base import ContainerRun
-from nodes.cancel import CancelToken
-from runtime.events import InContainer
-from runtime.graph import Graph, NodeDef
-from runtime.response_stream import ResponseStreamer, StreamPlan
-from runtime.scheduler import Scheduler
-from runtime.variable_pool import VariablePool
+from firstgate.nodes.base import ContainerRun
+from firstgate.nodes.cancel import CancelToken
+from firstgate.runtime.events import InContainer
+from firstgate.runtime.graph import Graph, NodeDef
+from firstgate.runtime.response_stream import ResponseStreamer, StreamPlan
+from firstgate.runtime.scheduler import Scheduler
+from firstgate.runtime.variable_pool import VariablePool
 
 
 @dataclass(eq=False, slots=True)

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from nodes.base import Needs
-from nodes.config import BaseNodeData
-from nodes.registry import NodeSpec
+from firstgate.nodes.base import Needs
+from firstgate.nodes.config import BaseNodeData
+from firstgate.nodes.registry import NodeSpec
 
 
 @dataclass(frozen=True, slots=True)

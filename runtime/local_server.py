@@ -47,7 +47,12 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO, Any, Self
 
-from runtime.local_model import FETCH_HINT, ModelNotFoundError, find_llama_server, require_model
+from firstgate.runtime.local_model import (
+    FETCH_HINT,
+    ModelNotFoundError,
+    find_llama_server,
+    require_model,
+)
 
 ENV_LOCAL_BASE_URL = "FIRSTGATE_LOCAL_BASE_URL"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from locales.localized_error import LocalizedError
+from firstgate.locales.localized_error import LocalizedError
 
 
 def render_error(error: BaseException | None, locale: str | None, fallback: str = "") -> str:

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from firstgate.locales.localized_error import LocalizedError
+from firstgate.nodes.config import shown
 from pydantic import ValidationError
 
-import locales
-from locales.localized_error import LocalizedError
-from nodes.config import shown
+from firstgate import locales
 
 # Pydantic's own error types -> our message keys (custom validators already use ours).
 _BUILTIN_KEYS = {

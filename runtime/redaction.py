@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from plugin_daemon_client.redaction import Redactor as TextRedactor
+from firstgate.plugin_daemon_client.redaction import Redactor as TextRedactor
 
 
 class Redactor:

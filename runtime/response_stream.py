@@ -36,13 +36,13 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from nodes.base import FAIL_HANDLE, Role
-from nodes.rendering import MAX_RENDERED_CHARS
-from nodes.selectors import Segment, Selector, TextSegment, VariableSegment
-from nodes.values import as_markdown
-from runtime.graph import EdgeDef, Graph
-from runtime.scheduler import NodeState
-from runtime.variable_pool import VariablePool
+from firstgate.nodes.base import FAIL_HANDLE, Role
+from firstgate.nodes.rendering import MAX_RENDERED_CHARS
+from firstgate.nodes.selectors import Segment, Selector, TextSegment, VariableSegment
+from firstgate.nodes.values import as_markdown
+from firstgate.runtime.graph import EdgeDef, Graph
+from firstgate.runtime.scheduler import NodeState
+from firstgate.runtime.variable_pool import VariablePool
 
 _BLOCKING_ROLES = frozenset({Role.BRANCH, Role.CONTAINER, Role.RESPONSE})
 

@@ -10,19 +10,18 @@ from collections.abc import Iterable
 from contextlib import ExitStack
 
 import httpx
-
-from plugin_daemon_client import LLMClient
-from plugin_daemon_client.fallback import (
+from firstgate.plugin_daemon_client import LLMClient
+from firstgate.plugin_daemon_client.fallback import (
     DEFAULT_BREAKER_COOLDOWN_S,
     FallbackEvent,
     FallbackPolicy,
 )
-from plugin_daemon_client.plan import Clients, RoutePlan, RouteTarget, plan_for
-from plugin_daemon_client.probes import DEFAULT_PROBE_TIMEOUT_S, make_probe
-from plugin_daemon_client.protocols import OpenAICompatible
-from runtime.breakers import RouteBreakers, shared_breakers
-from runtime.routes import ModelRoutes
-from runtime.settings.providers import LOCAL, ProviderRoute
+from firstgate.plugin_daemon_client.plan import Clients, RoutePlan, RouteTarget, plan_for
+from firstgate.plugin_daemon_client.probes import DEFAULT_PROBE_TIMEOUT_S, make_probe
+from firstgate.plugin_daemon_client.protocols import OpenAICompatible
+from firstgate.runtime.breakers import RouteBreakers, shared_breakers
+from firstgate.runtime.routes import ModelRoutes
+from firstgate.runtime.settings.providers import LOCAL, ProviderRoute
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +55,7 @@ class RouteClients:
 
     def _start_local_locked(self) -> str:
         if self._local_base_url is None:
-            from runtime.local_server import local_server
+            from firstgate.runtime.local_server import local_server
 
             server = self._stack.enter_context(local_server())
             self._local_base_url = server.base_url

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from locales.localized_error import LocalizedError
-from plugin_daemon_client.redaction import MIN_SECRET_CHARS
-from runtime.settings.providers import LOCAL, ProviderRoute, ProvidersSection
+from firstgate.locales.localized_error import LocalizedError
+from firstgate.plugin_daemon_client.redaction import MIN_SECRET_CHARS
+from firstgate.runtime.settings.providers import LOCAL, ProviderRoute, ProvidersSection
 
 
 class RouteError(LocalizedError):

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from nodes.base import SUCCESS_HANDLE
-from runtime.graph import EdgeDef, Graph
+from firstgate.nodes.base import SUCCESS_HANDLE
+from firstgate.runtime.graph import EdgeDef, Graph
 
 
 class EdgeState(Enum):

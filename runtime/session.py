@@ -18,14 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from nodes.base import ChatTurn
-from nodes.files import File, FileRules
-from nodes.start import coerce_files
-from nodes.values import jsonable
-from runtime.environment import EnvVar, resolve
-from runtime.events import CHAT_MODE, RunInfo
-from runtime.redaction import Redactor
-from store.base import (
+from firstgate.nodes.base import ChatTurn
+from firstgate.nodes.files import File, FileRules
+from firstgate.nodes.start import coerce_files
+from firstgate.nodes.values import jsonable
+from firstgate.runtime.environment import EnvVar, resolve
+from firstgate.runtime.events import CHAT_MODE, RunInfo
+from firstgate.runtime.redaction import Redactor
+from firstgate.store.base import (
     MESSAGE_ERROR,
     MESSAGE_NORMAL,
     MESSAGE_STOPPED,

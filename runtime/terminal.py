@@ -11,10 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-import locales
-from runtime import events as ev
-from runtime.messages import render_error
-from runtime.redaction import NO_SECRETS, Redactor
+from firstgate.runtime import events as ev
+from firstgate.runtime.messages import render_error
+from firstgate.runtime.redaction import NO_SECRETS, Redactor
+
+from firstgate import locales
 
 
 @dataclass(slots=True)

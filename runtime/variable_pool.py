@@ -24,8 +24,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from nodes.files import File
-from nodes.selectors import Selector
+from firstgate.nodes.files import File
+from firstgate.nodes.selectors import Selector
 
 # Dify's system variables of a chatflow; a workflow has all but the chat ones.
 SYS_VARIABLES = frozenset(

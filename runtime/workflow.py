@@ -12,27 +12,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from connectors.hub import Connectors
-from nodes import start
-from nodes.files import FileRules
-from nodes.jinja import reserve_templates
-from runtime.code_executors import build_code_executor
-from runtime.engine import WorkflowRun
-from runtime.environment import EnvVar
-from runtime.events import CHAT_MODE
-from runtime.graph import Graph, NodeDef
-from runtime.limits import RunLimits
-from runtime.route_clients import RouteClients
-from runtime.routes import ModelRoutes, RouteError
-from runtime.session import DEFAULT_TURN_WAIT_S, DEFAULT_USER, RunOptions, open_session
-from runtime.workflow_tools import Loader, WorkflowTools
+from firstgate.connectors.hub import Connectors
+from firstgate.nodes import start
+from firstgate.nodes.files import FileRules
+from firstgate.nodes.jinja import reserve_templates
+from firstgate.runtime.code_executors import build_code_executor
+from firstgate.runtime.engine import WorkflowRun
+from firstgate.runtime.environment import EnvVar
+from firstgate.runtime.events import CHAT_MODE
+from firstgate.runtime.graph import Graph, NodeDef
+from firstgate.runtime.limits import RunLimits
+from firstgate.runtime.route_clients import RouteClients
+from firstgate.runtime.routes import ModelRoutes, RouteError
+from firstgate.runtime.session import DEFAULT_TURN_WAIT_S, DEFAULT_USER, RunOptions, open_session
+from firstgate.runtime.workflow_tools import Loader, WorkflowTools
 
 if TYPE_CHECKING:
-    from nodes.base import Clients
-    from runtime.dsl_models import Document, FileUpload
-    from runtime.settings import RuntimeSettings
-    from sandbox.executor import CodeExecutor
-    from store.base import Store
+    from firstgate.nodes.base import Clients
+    from firstgate.runtime.dsl_models import Document, FileUpload
+    from firstgate.runtime.settings import RuntimeSettings
+    from firstgate.sandbox.executor import CodeExecutor
+    from firstgate.store.base import Store
 
 # Namespace of the ids firstgate derives for an app and a workflow version.
 _ID_NAMESPACE = uuid.UUID("6f1d0c9e-5b4a-4c1f-9a53-2f6b7f3e8d10")

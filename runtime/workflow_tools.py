@@ -20,16 +20,16 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from connectors.guarded_http import CancelLike
-from connectors.tool_messages import ToolCancelledError, ToolError, ToolTimeoutError
-from runtime import events as ev
-from runtime.limits import RunLimits
-from runtime.route_clients import RouteClients, SharedClients
+from firstgate.connectors.guarded_http import CancelLike
+from firstgate.connectors.tool_messages import ToolCancelledError, ToolError, ToolTimeoutError
+from firstgate.runtime import events as ev
+from firstgate.runtime.limits import RunLimits
+from firstgate.runtime.route_clients import RouteClients, SharedClients
 
 if TYPE_CHECKING:
-    from nodes.base import Clients
-    from runtime.settings import RuntimeSettings
-    from sandbox.executor import CodeExecutor
+    from firstgate.nodes.base import Clients
+    from firstgate.runtime.settings import RuntimeSettings
+    from firstgate.sandbox.executor import CodeExecutor
 
 
 class InnerRun(Protocol):

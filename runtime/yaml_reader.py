@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from firstgate.nodes.config import QUOTE_LIMIT, shown
+from firstgate.nodes.nesting import MAX_DEPTH
+from firstgate.runtime.problems import DslError, Problem, SourcePlace
 from yaml.nodes import ScalarNode
-
-from nodes.config import QUOTE_LIMIT, shown
-from nodes.nesting import MAX_DEPTH
-from runtime.problems import DslError, Problem, SourcePlace
 
 # Dify refuses DSL files over 10 MB before parsing them; so do we, for every YAML file.
 MAX_BYTES = 10 * 1024 * 1024

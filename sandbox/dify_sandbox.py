@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from sandbox.errors import (
+from firstgate.sandbox.errors import (
     CodeCancelledError,
     CodeExecutionError,
     CodeResourceLimitError,
@@ -38,7 +38,7 @@ from sandbox.errors import (
     CodeSandboxViolationError,
     CodeTimeoutError,
 )
-from sandbox.executor import Cancellable, Language, OutputLimits
+from firstgate.sandbox.executor import Cancellable, Language, OutputLimits
 
 RESULT_TAG = "<<RESULT>>"
 _RESULT = re.compile(f"{RESULT_TAG}(.*){RESULT_TAG}", re.DOTALL)

@@ -8,7 +8,7 @@ default-value like any other node error.
 
 from __future__ import annotations
 
-from locales.localized_error import LocalizedError
+from firstgate.locales.localized_error import LocalizedError
 
 
 class CodeExecutionError(LocalizedError):

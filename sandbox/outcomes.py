@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.errors import (
+from firstgate.sandbox.errors import (
     CodeCancelledError,
     CodeExecutionError,
     CodeResourceLimitError,

@@ -22,16 +22,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.confinement import BASE_ENV, find_interpreters, read_only_paths
-from sandbox.errors import (
+from firstgate.sandbox.confinement import BASE_ENV, find_interpreters, read_only_paths
+from firstgate.sandbox.errors import (
     CodeCancelledError,
     CodeExecutionError,
     CodeRuntimeUnavailableError,
     CodeTimeoutError,
 )
-from sandbox.executor import Cancellable, Language, OutputLimits
-from sandbox.outcomes import RUNTIMES, result_or_raise
-from sandbox.worker_process import (
+from firstgate.sandbox.executor import Cancellable, Language, OutputLimits
+from firstgate.sandbox.outcomes import RUNTIMES, result_or_raise
+from firstgate.sandbox.worker_process import (
     SandboxLimits,
     WorkerBroken,
     WorkerConfig,

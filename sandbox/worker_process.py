@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox.errors import CodeRuntimeUnavailableError
-from sandbox.executor import Cancellable
-from sandbox.worker import framing
+from firstgate.sandbox.errors import CodeRuntimeUnavailableError
+from firstgate.sandbox.executor import Cancellable
+from firstgate.sandbox.worker import framing
 
 ZYGOTE = str(Path(__file__).resolve().parent / "worker" / "zygote.py")
 # How much longer than a job's timeout the runtime waits for the worker itself

@@ -14,18 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from werkzeug.exceptions import HTTPException
-from werkzeug.routing import Map, Rule
-from werkzeug.wrappers import Request, Response
-
-from locales import normalize_locale, t
-from nodes.base import RoutePlanner
-from nodes.files import DEFAULT_SIZE_LIMITS, MB, FileType
-from runtime.settings import RuntimeSettings
-from sandbox.executor import CodeExecutor
-from serve import bodies, uploads
-from serve.apps import App, AppDirectory
-from serve.errors import (
+from firstgate.locales import normalize_locale, t
+from firstgate.nodes.base import RoutePlanner
+from firstgate.nodes.files import DEFAULT_SIZE_LIMITS, MB, FileType
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.sandbox.executor import CodeExecutor
+from firstgate.serve import bodies, uploads
+from firstgate.serve.apps import App, AppDirectory
+from firstgate.serve.errors import (
     ApiError,
     invalid_param,
     not_chat_app,
@@ -33,10 +29,13 @@ from serve.errors import (
     not_workflow_app,
     unauthorized,
 )
-from serve.file_links import FileLinks
-from serve.launch import RunRequest
-from serve.runs import EventSource, RunHandle, Runs
-from store.base import ConversationRecord, MessageRecord, RunRecord, Store
+from firstgate.serve.file_links import FileLinks
+from firstgate.serve.launch import RunRequest
+from firstgate.serve.runs import EventSource, RunHandle, Runs
+from firstgate.store.base import ConversationRecord, MessageRecord, RunRecord, Store
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
 
 log = logging.getLogger("firstgate.serve")
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from locales.localized_error import LocalizedError
-from runtime.loader import load_workflow, read_document
-from runtime.settings import RuntimeSettings
-from runtime.workflow import Workflow
+from firstgate.locales.localized_error import LocalizedError
+from firstgate.runtime.loader import load_workflow, read_document
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.runtime.workflow import Workflow
 
 KEY_PREFIX = "FIRSTGATE_APP_KEY_"
 EXPORT_SUFFIXES = (".yml", ".yaml")

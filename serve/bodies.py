@@ -9,9 +9,8 @@ import json
 import uuid
 from typing import Any, Literal, TypeVar
 
+from firstgate.serve.errors import ApiError, invalid_param
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from serve.errors import ApiError, invalid_param
 
 ResponseMode = Literal["blocking", "streaming"]
 

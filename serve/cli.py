@@ -54,7 +54,7 @@ def _serve_parser():  # type: ignore[no-untyped-def]
 
 def _add_broker_arguments(parser, *, required: bool) -> None:  # type: ignore[no-untyped-def]
     """The distributed mode's settings: `serve --broker` and `worker` take the same ones."""
-    from serve.distributed import settings as defaults
+    from firstgate.serve.distributed import settings as defaults
 
     group = parser.add_argument_group("runs on Celery workers (give serve and worker the same)")
     group.add_argument(
@@ -91,7 +91,7 @@ def _add_broker_arguments(parser, *, required: bool) -> None:  # type: ignore[no
 
 
 def _distributed(args):  # type: ignore[no-untyped-def]
-    from serve.distributed.settings import DistributedSettings
+    from firstgate.serve.distributed.settings import DistributedSettings
 
     if not args.broker:
         return None
@@ -109,7 +109,7 @@ def _locale_and_apps(args):  # type: ignore[no-untyped-def]
     """The messages' locale, and the apps directory (None, said why, when it is not one)."""
     from pathlib import Path
 
-    import locales
+    from firstgate import locales
 
     locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
     apps_dir = Path(args.apps_dir)
@@ -120,7 +120,7 @@ def _locale_and_apps(args):  # type: ignore[no-untyped-def]
 
 
 def _settings(args):  # type: ignore[no-untyped-def]
-    from runtime.settings import load_settings
+    from firstgate.runtime.settings import load_settings
 
     return load_settings(args.models) if args.models else None
 
@@ -130,9 +130,9 @@ def serve_main(argv: Sequence[str]) -> int:
     import os
     from pathlib import Path
 
-    from locales.localized_error import LocalizedError
-    from serve.distributed.settings import require_shared_store
-    from serve.server import ServeConfig, serve_forever
+    from firstgate.locales.localized_error import LocalizedError
+    from firstgate.serve.distributed.settings import require_shared_store
+    from firstgate.serve.server import ServeConfig, serve_forever
 
     args = _serve_parser().parse_args(list(argv))
     locale, apps_dir = _locale_and_apps(args)
@@ -185,9 +185,9 @@ def _worker_parser():  # type: ignore[no-untyped-def]
 
 def worker_main(argv: Sequence[str]) -> int:
     _patch_for_gevent()
-    from locales.localized_error import LocalizedError
-    from serve.distributed.run_worker import run_worker
-    from serve.distributed.settings import require_shared_store
+    from firstgate.locales.localized_error import LocalizedError
+    from firstgate.serve.distributed.run_worker import run_worker
+    from firstgate.serve.distributed.settings import require_shared_store
 
     args = _worker_parser().parse_args(list(argv))
     locale, apps_dir = _locale_and_apps(args)
@@ -216,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_main(args[1:])
     if args[:1] == ["worker"]:
         return worker_main(args[1:])
-    from runtime.cli import main as runtime_main
+    from firstgate.runtime.cli import main as runtime_main
 
     return runtime_main(args)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from locales import t
+from firstgate.locales import t
 
 
 class ApiError(Exception):

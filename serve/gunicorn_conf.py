@@ -8,7 +8,7 @@ embedded server does (finish within the grace period, then stop and record)."""
 
 import os
 
-from serve.server import DEFAULT_GRACE_S, raise_open_file_limit
+from firstgate.serve.server import DEFAULT_GRACE_S, raise_open_file_limit
 
 worker_class = "gevent"
 workers = (
@@ -25,8 +25,8 @@ def post_worker_init(worker):  # type: ignore[no-untyped-def]
 
 
 def worker_exit(server, worker):  # type: ignore[no-untyped-def]
-    from locales import t
-    from serve import wsgi
+    from firstgate.locales import t
+    from firstgate.serve import wsgi
 
     if wsgi.SERVICE is not None:
         grace = float(os.environ.get("FIRSTGATE_GRACE", DEFAULT_GRACE_S))

@@ -17,20 +17,20 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from locales.localized_error import LocalizedError
-from nodes.base import RoutePlanner
-from nodes.start import InputError
-from runtime.engine import WorkflowRun
-from runtime.environment import EnvVarError
-from runtime.limits import RunLimits
-from runtime.routes import RouteError
-from runtime.settings import RuntimeSettings
-from sandbox.executor import CodeExecutor
-from serve import uploads
-from serve.apps import App
-from serve.errors import ApiError, invalid_param, not_found
-from serve.file_links import FileLinks
-from store.base import Store, StoreError
+from firstgate.locales.localized_error import LocalizedError
+from firstgate.nodes.base import RoutePlanner
+from firstgate.nodes.start import InputError
+from firstgate.runtime.engine import WorkflowRun
+from firstgate.runtime.environment import EnvVarError
+from firstgate.runtime.limits import RunLimits
+from firstgate.runtime.routes import RouteError
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.sandbox.executor import CodeExecutor
+from firstgate.serve import uploads
+from firstgate.serve.apps import App
+from firstgate.serve.errors import ApiError, invalid_param, not_found
+from firstgate.serve.file_links import FileLinks
+from firstgate.store.base import Store, StoreError
 
 
 def _new_id() -> str:

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runtime.engine import WorkflowRun
-from serve.apps import App
-from serve.launch import Launcher, RunRequest
+from firstgate.runtime.engine import WorkflowRun
+from firstgate.serve.apps import App
+from firstgate.serve.launch import Launcher, RunRequest
 
 # How long a finished run's events stay readable (a blocking caller, a late reader).
 KEEP_FINISHED_S = 300.0

@@ -26,21 +26,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from locales import t
-from runtime.code_executors import build_code_executor
-from runtime.limits import RunLimits
-from runtime.route_clients import RouteClients, SharedClients
-from runtime.routes import ModelRoutes
-from runtime.settings import RuntimeSettings
-from serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
-from serve.apps import AppDirectory, load_directory
-from serve.distributed.settings import DistributedSettings
-from serve.file_links import FileLinks
-from serve.launch import Launcher
-from serve.runs import RunManager, Runs
-from store import open_store
-from store.base import Store
-from store.sqlite import default_path
+from firstgate.locales import t
+from firstgate.runtime.code_executors import build_code_executor
+from firstgate.runtime.limits import RunLimits
+from firstgate.runtime.route_clients import RouteClients, SharedClients
+from firstgate.runtime.routes import ModelRoutes
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
+from firstgate.serve.apps import AppDirectory, load_directory
+from firstgate.serve.distributed.settings import DistributedSettings
+from firstgate.serve.file_links import FileLinks
+from firstgate.serve.launch import Launcher
+from firstgate.serve.runs import RunManager, Runs
+from firstgate.store import open_store
+from firstgate.store.base import Store
+from firstgate.store.sqlite import default_path
 
 log = logging.getLogger("firstgate.serve")
 
@@ -155,7 +155,7 @@ def build_service(
         if distributed is None:
             runs: Runs = RunManager(launcher)
         else:
-            from serve.distributed.remote_runs import connect
+            from firstgate.serve.distributed.remote_runs import connect
 
             runs = connect(launcher, distributed)
         context = ServeContext(

@@ -22,11 +22,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from nodes import files
-from nodes.files import File, FileError, FileRules, FileType, TransferMethod, file_type_for
-from serve.apps import App
-from serve.errors import ApiError, invalid_param
-from store.base import Store, UploadRecord
+from firstgate.nodes import files
+from firstgate.nodes.files import (
+    File,
+    FileError,
+    FileRules,
+    FileType,
+    TransferMethod,
+    file_type_for,
+)
+from firstgate.serve.apps import App
+from firstgate.serve.errors import ApiError, invalid_param
+from firstgate.store.base import Store, UploadRecord
 
 FILE_INPUT_TYPES = ("file", "file-list")
 _CHUNK = 64 * 1024

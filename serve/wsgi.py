@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runtime.settings import load_settings
-from serve.distributed.settings import require_shared_store, settings_from_env
-from serve.server import DEFAULT_GRACE_S, ServeConfig, Service, build_service, report_apps
+from firstgate.runtime.settings import load_settings
+from firstgate.serve.distributed.settings import require_shared_store, settings_from_env
+from firstgate.serve.server import DEFAULT_GRACE_S, ServeConfig, Service, build_service, report_apps
 
 SERVICE: Service | None = None
 

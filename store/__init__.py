@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.base import (
+from firstgate.store.base import (
     ConversationRecord,
     HistoryTurn,
     MessageRecord,
@@ -23,13 +23,13 @@ from store.base import (
     UploadRecord,
     VariableValue,
 )
-from store.sqlite import SQLiteStore, default_path
+from firstgate.store.sqlite import SQLiteStore, default_path
 
 
 def open_store(location: str | Path | None = None) -> Store:
     """The store at `location`: a PostgreSQL URL, a SQLite path, or None for the default file."""
     if isinstance(location, str) and "://" in location:
-        from store.postgres import PostgresStore, is_postgres_url, redact_url
+        from firstgate.store.postgres import PostgresStore, is_postgres_url, redact_url
 
         if not is_postgres_url(location):
             raise StoreError("errors.store.unknownUrl", url=redact_url(location))

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from locales.localized_error import LocalizedError
+from firstgate.locales.localized_error import LocalizedError
 
 # Message status, as Dify names it: a turn that failed or was stopped keeps its
 # message (with what was streamed) but is left out of the conversation's memory.

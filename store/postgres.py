@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from store.base import StoreError
-from store.relational import Database, RelationalStore, statements
-from store.schema import migrations
+from firstgate.store.base import StoreError
+from firstgate.store.relational import Database, RelationalStore, statements
+from firstgate.store.schema import migrations
 
 MIGRATIONS: tuple[str, ...] = migrations(real="DOUBLE PRECISION", integer="BIGINT")
 

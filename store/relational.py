@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from store.base import (
+from firstgate.store.base import (
     MESSAGE_NORMAL,
     ConversationRecord,
     FileRecord,

@@ -16,9 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from store.base import StoreError
-from store.relational import Database, RelationalStore, statements
-from store.schema import migrations
+from firstgate.store.base import StoreError
+from firstgate.store.relational import Database, RelationalStore, statements
+from firstgate.store.schema import migrations
 
 MIGRATIONS: tuple[str, ...] = migrations(real="REAL", integer="INTEGER")
 

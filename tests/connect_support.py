@@ -7,9 +7,9 @@ import threading
 import time
 from typing import Any
 
-from runtime import events as ev
-from runtime import load_workflow
-from runtime.settings import RuntimeSettings
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.settings import RuntimeSettings
 
 
 def one_node_flow(

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.settings import load_settings
 
-from runtime import events as ev
-from runtime import load_workflow
-from runtime.settings import load_settings
 from tests import run_events
 from tests.fakes import model_answers as ma
 from tests.fakes.llm_server import Scenario

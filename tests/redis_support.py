@@ -149,7 +149,7 @@ def worker(
 ) -> Iterator[Worker]:
     """`firstgate worker` as a user starts it, once it consumes; SIGTERM at the end."""
     log = tmp / f"{name}.log"
-    command = [sys.executable, "-m", "serve.cli", "worker", str(apps), "--broker", broker]
+    command = [sys.executable, "-m", "firstgate.serve.cli", "worker", str(apps), "--broker", broker]
     command += ["--database-url", database, "--models", str(models_file(tmp, base_url))]
     command += list(extra)
     with log.open("w") as sink:

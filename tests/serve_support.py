@@ -92,7 +92,7 @@ def serve(
     environ.update(env or {})
     where = ["--database-url", database] if database else ["--state", str(tmp / "state.db")]
     log = tmp / "serve.log"
-    command = [sys.executable, "-m", "serve.cli", "serve", str(apps), "--port", "0"]
+    command = [sys.executable, "-m", "firstgate.serve.cli", "serve", str(apps), "--port", "0"]
     command += ["--models", str(models_file(tmp, base_url)), *where, *extra]
     with log.open("w") as sink:
         process = subprocess.Popen(

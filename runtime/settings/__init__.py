@@ -19,17 +19,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from firstgate.runtime.problems import DslError, problems_from_validation
+from firstgate.runtime.settings.code_executor import CodeExecutorSettings
+from firstgate.runtime.settings.document_extractor import DocumentExtractorSettings
+from firstgate.runtime.settings.files import FilesSettings
+from firstgate.runtime.settings.http_request import HttpRequestSettings
+from firstgate.runtime.settings.knowledge import KnowledgeSettings
+from firstgate.runtime.settings.providers import ProvidersSection
+from firstgate.runtime.settings.tools import ToolsSettings
+from firstgate.runtime.yaml_reader import read_yaml_mapping
 from pydantic import Field, ValidationError
-
-from runtime.problems import DslError, problems_from_validation
-from runtime.settings.code_executor import CodeExecutorSettings
-from runtime.settings.document_extractor import DocumentExtractorSettings
-from runtime.settings.files import FilesSettings
-from runtime.settings.http_request import HttpRequestSettings
-from runtime.settings.knowledge import KnowledgeSettings
-from runtime.settings.providers import ProvidersSection
-from runtime.settings.tools import ToolsSettings
-from runtime.yaml_reader import read_yaml_mapping
 
 
 class RuntimeSettings(ProvidersSection):

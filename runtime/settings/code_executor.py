@@ -37,12 +37,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from firstgate.nodes.config import DslModel, between, dsl_error
+from firstgate.runtime.settings.providers import PositiveSeconds
+from firstgate.sandbox.executor import OutputLimits
+from firstgate.sandbox.worker_process import SandboxLimits
 from pydantic import Field, model_validator
-
-from nodes.config import DslModel, between, dsl_error
-from runtime.settings.providers import PositiveSeconds
-from sandbox.executor import OutputLimits
-from sandbox.worker_process import SandboxLimits
 
 _LIMITS = SandboxLimits()
 _OUTPUT = OutputLimits()

@@ -12,11 +12,10 @@ silently shortened text.
 
 from __future__ import annotations
 
+from firstgate.nodes.config import DslModel
+from firstgate.nodes.document_extractor import DEFAULT_MAX_FILE_BYTES
+from firstgate.nodes.document_text import Limits
 from pydantic import Field
-
-from nodes.config import DslModel
-from nodes.document_extractor import DEFAULT_MAX_FILE_BYTES
-from nodes.document_text import Limits
 
 _DEFAULTS = Limits()
 

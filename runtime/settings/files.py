@@ -10,7 +10,7 @@ are in the run's outputs), so the folder is the operator's to clean.
 
 from __future__ import annotations
 
-from nodes.config import DslModel
+from firstgate.nodes.config import DslModel
 
 
 class FilesSettings(DslModel):

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
-
-from connectors.guarded_http import (
+from firstgate.connectors.guarded_http import (
     DEFAULT_MAX_BINARY_BYTES,
     DEFAULT_MAX_REDIRECTS,
     DEFAULT_MAX_TEXT_BYTES,
 )
-from connectors.net_policy import AllowEntryError, parse_allow
-from nodes.config import DslModel, dsl_error, shown
+from firstgate.connectors.net_policy import AllowEntryError, parse_allow
+from firstgate.nodes.config import DslModel, dsl_error, shown
+from pydantic import BeforeValidator, Field
 
 
 def _allow_entry(value: Any) -> str:

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from firstgate.nodes.config import DslModel, dsl_error, shown
 from pydantic import BeforeValidator, Field
-
-from nodes.config import DslModel, dsl_error, shown
 
 
 def http_url(value: Any) -> str:

@@ -38,15 +38,17 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from firstgate.nodes.config import DslModel, between, dsl_error, shown
+from firstgate.plugin_daemon_client.durations import DurationError, parse_duration
+from firstgate.plugin_daemon_client.fallback import (
+    DEFAULT_BREAKER_COOLDOWN_S,
+    DEFAULT_BREAKER_THRESHOLD,
+)
+from firstgate.plugin_daemon_client.first_token_budget import ROUTE_KEYS
+from firstgate.plugin_daemon_client.probes import ProbeKind
+from firstgate.plugin_daemon_client.protocols import PROTOCOLS
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
-
-from nodes.config import DslModel, between, dsl_error, shown
-from plugin_daemon_client.durations import DurationError, parse_duration
-from plugin_daemon_client.fallback import DEFAULT_BREAKER_COOLDOWN_S, DEFAULT_BREAKER_THRESHOLD
-from plugin_daemon_client.first_token_budget import ROUTE_KEYS
-from plugin_daemon_client.probes import ProbeKind
-from plugin_daemon_client.protocols import PROTOCOLS
 
 # The embedded llama-server (an OpenAI-compatible route the runtime starts).
 LOCAL = "local"

@@ -20,13 +20,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from firstgate.connectors.api_tools import ApiSchemaError, parse_openapi
+from firstgate.nodes.config import DslModel, dsl_error
+from firstgate.runtime.problems import DslError
+from firstgate.runtime.settings.knowledge import HttpUrl
+from firstgate.runtime.yaml_reader import read_yaml
 from pydantic import BeforeValidator, Field, model_validator
-
-from connectors.api_tools import ApiSchemaError, parse_openapi
-from nodes.config import DslModel, dsl_error
-from runtime.problems import DslError
-from runtime.settings.knowledge import HttpUrl
-from runtime.yaml_reader import read_yaml
 
 
 class PluginDaemonSettings(DslModel):

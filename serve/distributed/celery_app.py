@@ -16,8 +16,7 @@ from typing import Any
 
 from celery import Celery
 from celery.worker.consumer import Consumer
-
-from serve.distributed.settings import DistributedSettings
+from firstgate.serve.distributed.settings import DistributedSettings
 
 TASK_NAME = "firstgate.run"
 # Set by the worker process at start-up: where dead letters go.
@@ -51,7 +50,7 @@ def make_celery(settings: DistributedSettings) -> Celery:
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
         worker_enable_remote_control=False,
-        worker_consumer="serve.distributed.celery_app:DeadLetterConsumer",
+        worker_consumer="firstgate.serve.distributed.celery_app:DeadLetterConsumer",
         worker_cancel_long_running_tasks_on_connection_loss=False,
     )
     return app

@@ -15,14 +15,13 @@ import json
 import time
 
 from celery import Celery
-
-from serve.apps import App
-from serve.distributed.celery_app import TASK_NAME, make_celery
-from serve.distributed.run_state import RedisEventStream, RunStore, share_file_links
-from serve.distributed.settings import DistributedSettings, reachable, redis_client
-from serve.errors import ApiError
-from serve.launch import Launcher, RunRequest
-from serve.runs import RunHandle, Runs
+from firstgate.serve.apps import App
+from firstgate.serve.distributed.celery_app import TASK_NAME, make_celery
+from firstgate.serve.distributed.run_state import RedisEventStream, RunStore, share_file_links
+from firstgate.serve.distributed.settings import DistributedSettings, reachable, redis_client
+from firstgate.serve.errors import ApiError
+from firstgate.serve.launch import Launcher, RunRequest
+from firstgate.serve.runs import RunHandle, Runs
 
 # How long `start` waits for a worker to take the run before answering anyway.
 START_WAIT_S = 2.0

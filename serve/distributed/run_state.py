@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-
-from serve.errors import ApiError
-from serve.file_links import FileLinks
-from serve.launch import Launcher
-from serve.runs import EventSource
+from firstgate.serve.errors import ApiError
+from firstgate.serve.file_links import FileLinks
+from firstgate.serve.launch import Launcher
+from firstgate.serve.runs import EventSource
 
 PREFIX = "firstgate:"
 STOP_CHANNEL = PREFIX + "stops"

@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from celery.signals import worker_ready
-
-from locales import t
-from runtime.limits import RunLimits
-from runtime.settings import RuntimeSettings
-from serve.apps import load_directory
-from serve.distributed.settings import DistributedSettings
-from serve.distributed.worker import build_worker
-from serve.server import ServeConfig, open_resources, raise_open_file_limit, report_apps
+from firstgate.locales import t
+from firstgate.runtime.limits import RunLimits
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.serve.apps import load_directory
+from firstgate.serve.distributed.settings import DistributedSettings
+from firstgate.serve.distributed.worker import build_worker
+from firstgate.serve.server import ServeConfig, open_resources, raise_open_file_limit, report_apps
 
 
 def run_worker(

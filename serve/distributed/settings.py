@@ -8,11 +8,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import redis
+from firstgate.locales.localized_error import LocalizedError
+from firstgate.store.postgres import is_postgres_url, redact_url
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
-
-from locales.localized_error import LocalizedError
-from store.postgres import is_postgres_url, redact_url
 
 # Dify's WORKFLOW_MAX_EXECUTION_TIME: a run's wall-clock limit on a worker.
 DEFAULT_TIME_LIMIT_S = 1200.0

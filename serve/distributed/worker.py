@@ -30,19 +30,23 @@ from typing import Any
 import gevent
 import redis
 from celery import Celery
+from firstgate.locales import t
+from firstgate.runtime.engine import WorkflowRun
+from firstgate.runtime.events import ErrorEvent, RunInfo, WorkflowFailed
+from firstgate.serve.apps import App, AppDirectory
+from firstgate.serve.distributed.celery_app import TASK_NAME, make_celery, set_dead_letter_sink
+from firstgate.serve.distributed.run_state import (
+    STOP_CHANNEL,
+    EventSink,
+    RunStore,
+    share_file_links,
+)
+from firstgate.serve.distributed.settings import DistributedSettings, reachable, redis_client
+from firstgate.serve.errors import ApiError, not_found
+from firstgate.serve.launch import Launcher, RunRequest
+from firstgate.serve.runs import drain_run
+from firstgate.store.base import RunRecord
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from locales import t
-from runtime.engine import WorkflowRun
-from runtime.events import ErrorEvent, RunInfo, WorkflowFailed
-from serve.apps import App, AppDirectory
-from serve.distributed.celery_app import TASK_NAME, make_celery, set_dead_letter_sink
-from serve.distributed.run_state import STOP_CHANNEL, EventSink, RunStore, share_file_links
-from serve.distributed.settings import DistributedSettings, reachable, redis_client
-from serve.errors import ApiError, not_found
-from serve.launch import Launcher, RunRequest
-from serve.runs import drain_run
-from store.base import RunRecord
 
 log = logging.getLogger("firstgate.worker")
 

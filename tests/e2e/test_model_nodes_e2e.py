@@ -7,10 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runtime import events as ev
-from runtime import load_workflow
-from runtime.settings import RuntimeSettings
-from runtime.settings.providers import ProviderRoute
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.runtime.settings.providers import ProviderRoute
+
 from tests import model_flows as mf
 from tests.run_events import final
 

@@ -18,11 +18,11 @@ import uuid
 from typing import Any
 
 import pytest
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.runtime.settings.providers import ProviderRoute
 
-from runtime import events as ev
-from runtime import load_workflow
-from runtime.settings import RuntimeSettings
-from runtime.settings.providers import ProviderRoute
 from tests.e2e.test_workflow_e2e import MAX_WORDS, first_token_delay, flow, long_text
 from tests.run_events import final
 

@@ -23,11 +23,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.runtime.settings.providers import ProviderRoute
 
-from runtime import events as ev
-from runtime import load_workflow
-from runtime.settings import RuntimeSettings
-from runtime.settings.providers import ProviderRoute
 from tests.e2e.signals import default_sigint
 from tests.run_events import final
 
@@ -226,7 +226,7 @@ def test_cli_abort_during_prompt_evaluation_returns_promptly(
         [
             sys.executable,
             "-m",
-            "runtime.cli",
+            "firstgate.runtime.cli",
             "run",
             str(path),
             "--json",

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from sandbox.process_pool import ProcessSandbox, ProcessSandboxConfig
-from sandbox.worker_process import SandboxLimits
+from firstgate.sandbox.process_pool import ProcessSandbox, ProcessSandboxConfig
+from firstgate.sandbox.worker_process import SandboxLimits
 
 SMALL = SandboxLimits(
     wall_s=3.0,

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.problems import DslError
+from firstgate.runtime.routes import RouteError
 
-from runtime import events as ev
-from runtime import load_workflow
-from runtime.problems import DslError
-from runtime.routes import RouteError
 from tests import model_flows as mf
 from tests.fakes import llm_server as fake
 from tests.fakes import model_answers as ma

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_settings, load_workflow
+from firstgate.runtime.problems import DslError
 
-from runtime import events as ev
-from runtime import load_settings, load_workflow
-from runtime.problems import DslError
 from tests.connect_support import node_end, one_node_flow, settings
 from tests.fakes.http_target import HttpTarget
 

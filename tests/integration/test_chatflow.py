@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.runtime.settings.providers import ProviderRoute
+from firstgate.store import StoreError, open_store
+from firstgate.store.base import MESSAGE_ERROR, MESSAGE_NORMAL
 
-from runtime import events as ev
-from runtime import load_workflow
-from runtime.settings import RuntimeSettings
-from runtime.settings.providers import ProviderRoute
-from store import StoreError, open_store
-from store.base import MESSAGE_ERROR, MESSAGE_NORMAL
 from tests.fakes import llm_server as fake
 from tests.run_events import final
 

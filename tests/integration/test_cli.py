@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-import locales
+from firstgate import locales
 from tests.fakes import llm_server as fake
 from tests.run_events import finished_line
 
@@ -27,7 +27,12 @@ def firstgate(
     full_env.pop("LC_ALL", None)
     full_env.pop("LC_MESSAGES", None)
     return subprocess.run(
-        [sys.executable, "-c", "import sys; from runtime.cli import main; sys.exit(main())", *args],
+        [
+            sys.executable,
+            "-c",
+            "import sys; from firstgate.runtime.cli import main; sys.exit(main())",
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=timeout,

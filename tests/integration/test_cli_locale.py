@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-import locales
+from firstgate import locales
 from tests.fakes import llm_server as fake
 from tests.integration.test_cli import firstgate, models_file
 

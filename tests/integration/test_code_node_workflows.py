@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.runtime import DslError, load_workflow
+from firstgate.runtime import events as ev
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.sandbox.process_pool import ProcessSandbox
 
-from runtime import DslError, load_workflow
-from runtime import events as ev
-from runtime.settings import RuntimeSettings
-from sandbox.process_pool import ProcessSandbox
 from tests.integration.sandbox_support import HAS_NODE, small_sandbox
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workflows"
@@ -344,7 +344,7 @@ def test_cli_runs_a_code_workflow_with_a_settings_file(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "runtime.cli",
+            "firstgate.runtime.cli",
             "run",
             str(FIXTURES / "code_add_one.yml"),
             "--input",

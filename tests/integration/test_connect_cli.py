@@ -18,9 +18,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
+from firstgate.runtime import load_workflow
+from firstgate.runtime.problems import DslError
 
-from runtime import load_workflow
-from runtime.problems import DslError
 from tests import documents
 from tests.connect_support import chain_flow
 from tests.fakes import mcp_server
@@ -44,7 +44,12 @@ CONNECT_FLOWS = [
 
 def firstgate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "import sys; from runtime.cli import main; sys.exit(main())", *args],
+        [
+            sys.executable,
+            "-c",
+            "import sys; from firstgate.runtime.cli import main; sys.exit(main())",
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=120,

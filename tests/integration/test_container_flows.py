@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.sandbox.process_pool import ProcessSandbox
+from firstgate.store import open_store
 
-from runtime import events as ev
-from runtime import load_workflow
-from sandbox.process_pool import ProcessSandbox
-from store import open_store
 from tests.integration.sandbox_support import small_sandbox
 from tests.run_events import final
 

@@ -8,21 +8,21 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
-from nodes.cancel import CancelToken
-from runtime import events as ev
-from runtime import load_workflow
-from runtime.code_executors import build_code_executor
-from runtime.routes import RouteError
-from runtime.settings import RuntimeSettings
-from sandbox.dify_sandbox import DifySandboxConfig, DifySandboxExecutor
-from sandbox.errors import (
+from firstgate.nodes.cancel import CancelToken
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.code_executors import build_code_executor
+from firstgate.runtime.routes import RouteError
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.sandbox.dify_sandbox import DifySandboxConfig, DifySandboxExecutor
+from firstgate.sandbox.errors import (
     CodeCancelledError,
     CodeExecutionError,
     CodeRuntimeUnavailableError,
     CodeSandboxViolationError,
     CodeTimeoutError,
 )
+
 from tests.fakes.dify_sandbox import Behaviour, FakeDifySandbox
 from tests.integration.sandbox_support import HAS_NODE
 

@@ -298,7 +298,12 @@ def test_gunicorn_serves_with_several_http_workers(cluster: Cluster, tmp_path: P
         **{f"FIRSTGATE_APP_KEY_{stem.upper()}": key for stem, key in KEYS.items()},
     }
     gunicorn = Path(sys.executable).with_name("gunicorn")
-    command = [str(gunicorn), "-c", "python:serve.gunicorn_conf", "serve.wsgi:application()"]
+    command = [
+        str(gunicorn),
+        "-c",
+        "python:firstgate.serve.gunicorn_conf",
+        "firstgate.serve.wsgi:application()",
+    ]
     log = tmp_path / "gunicorn.log"
     with log.open("w") as sink:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=sink, stderr=sink)
@@ -337,7 +342,7 @@ def test_sqlite_is_refused_with_a_clear_message(tmp_path: Path) -> None:
         ["worker", str(APPS), "--broker", "redis://127.0.0.1:1/0"],
     ):
         done = subprocess.run(
-            [sys.executable, "-m", "serve.cli", *command],
+            [sys.executable, "-m", "firstgate.serve.cli", *command],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -356,7 +361,7 @@ def test_an_unreachable_redis_is_a_clear_message(
     broker = f"redis://user:hunter2secret@127.0.0.1:{free_port()}/0"
     for command in (["serve", str(APPS), "--port", "0"], ["worker", str(APPS)]):
         done = subprocess.run(
-            [sys.executable, "-m", "serve.cli", *command, "--broker", broker,
+            [sys.executable, "-m", "firstgate.serve.cli", *command, "--broker", broker,
              "--database-url", postgres_url],
             cwd=ROOT, capture_output=True, text=True, timeout=120,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "FIRSTGATE_APP_KEY_STORY": "k" * 20},

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.connectors.errors import AddressRefusedError
+from firstgate.connectors.hub import Connectors
+from firstgate.nodes import document_extractor
+from firstgate.nodes.base import NodeContext
+from firstgate.nodes.cancel import CancelToken
+from firstgate.nodes.document_text import DocumentError
+from firstgate.nodes.files import File, FileError, from_path, from_remote_url
 
-from connectors.errors import AddressRefusedError
-from connectors.hub import Connectors
-from nodes import document_extractor
-from nodes.base import NodeContext
-from nodes.cancel import CancelToken
-from nodes.document_text import DocumentError
-from nodes.files import File, FileError, from_path, from_remote_url
 from tests import documents
 from tests.connect_support import settings
 from tests.fakes.http_target import HttpTarget

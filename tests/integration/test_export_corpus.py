@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from firstgate.runtime import load_workflow
+from firstgate.runtime.problems import DslError
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.runtime.settings.providers import ProviderRoute
+from firstgate.store import open_store
 
-from runtime import load_workflow
-from runtime.problems import DslError
-from runtime.settings import RuntimeSettings
-from runtime.settings.providers import ProviderRoute
-from store import open_store
 from tests.fakes import llm_server as fake
 from tests.integration.test_cli import firstgate
 from tests.run_events import final

@@ -6,10 +6,15 @@ import threading
 import time
 
 import pytest
+from firstgate.plugin_daemon_client import LLMClient, first_token_gate
+from firstgate.plugin_daemon_client import errors as E
+from firstgate.plugin_daemon_client.fallback import (
+    FallbackChain,
+    FallbackEvent,
+    FallbackPolicy,
+    Target,
+)
 
-from plugin_daemon_client import LLMClient, first_token_gate
-from plugin_daemon_client import errors as E
-from plugin_daemon_client.fallback import FallbackChain, FallbackEvent, FallbackPolicy, Target
 from tests.fakes import llm_server as fake
 
 MESSAGES = [{"role": "user", "content": "hi"}]

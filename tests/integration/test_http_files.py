@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.runtime import events as ev
 
-from runtime import events as ev
 from tests import documents
 from tests.connect_support import chain_flow, node_end, run_events, settings
 from tests.fakes.http_target import HttpTarget

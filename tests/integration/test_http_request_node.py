@@ -12,12 +12,18 @@ from typing import Any
 
 import httpx
 import pytest
+from firstgate.connectors.errors import AddressRefusedError, ResponseTooLargeError
+from firstgate.connectors.guarded_http import (
+    GuardedHttp,
+    HttpLimits,
+    RequestSpec,
+    Timeouts,
+    decoded,
+)
+from firstgate.connectors.net_policy import NetworkPolicy
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
 
-from connectors.errors import AddressRefusedError, ResponseTooLargeError
-from connectors.guarded_http import GuardedHttp, HttpLimits, RequestSpec, Timeouts, decoded
-from connectors.net_policy import NetworkPolicy
-from runtime import events as ev
-from runtime import load_workflow
 from tests.connect_support import abort_once, node_end, one_node_flow, run_events, settings
 from tests.fakes.http_target import HttpTarget, packed
 from tests.run_events import final

@@ -11,13 +11,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from firstgate.nodes.cancel import CancelToken
+from firstgate.plugin_daemon_client import LLMClient
+from firstgate.plugin_daemon_client import errors as E
+from firstgate.plugin_daemon_client.invoke import CallBudgets, ModelRequest, Sinks, invoke
+from firstgate.plugin_daemon_client.plan import RoutePlan, RouteTarget
+from firstgate.plugin_daemon_client.protocols import ToolSpec
 
-from nodes.cancel import CancelToken
-from plugin_daemon_client import LLMClient
-from plugin_daemon_client import errors as E
-from plugin_daemon_client.invoke import CallBudgets, ModelRequest, Sinks, invoke
-from plugin_daemon_client.plan import RoutePlan, RouteTarget
-from plugin_daemon_client.protocols import ToolSpec
 from tests.fakes import llm_server as fake
 from tests.fakes import model_answers as ma
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.connectors.local_index import LocalIndex
+from firstgate.runtime import events as ev
 
-from connectors.local_index import LocalIndex
-from runtime import events as ev
 from tests.connect_support import node_end, one_node_flow, run_events, settings
 from tests.fakes.knowledge_api import KnowledgeApi
 
@@ -37,7 +37,12 @@ def kr_flow(dataset_ids: list[str], **data: Any) -> dict[str, Any]:
 
 def firstgate(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "import sys; from runtime.cli import main; sys.exit(main())", *args],
+        [
+            sys.executable,
+            "-c",
+            "import sys; from firstgate.runtime.cli import main; sys.exit(main())",
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -281,8 +286,8 @@ def test_unknown_dataset_and_non_text_query_are_errors(
 
 
 def test_automatic_metadata_filtering_is_refused_by_name() -> None:
-    from runtime import load_workflow
-    from runtime.problems import DslError
+    from firstgate.runtime import load_workflow
+    from firstgate.runtime.problems import DslError
 
     with pytest.raises(DslError, match="automatic metadata filtering"):
         load_workflow(kr_flow(["x"], metadata_filtering_mode="automatic"))

@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runtime import events as ev
+from firstgate.runtime import events as ev
+
 from tests import model_flows as mf
 from tests.fakes import llm_server as fake
 from tests.fakes import model_answers as ma

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.runtime import events as ev
 
-from runtime import events as ev
 from tests import model_flows as mf
 from tests.fakes import llm_server as fake
 from tests.fakes import model_answers as ma
@@ -151,8 +151,8 @@ def test_the_instruction_is_a_template_in_the_system_prompt(tmp_path: Path) -> N
 def test_bad_parameters_are_refused_at_load(
     tmp_path: Path, patch: dict[str, Any], needle: str
 ) -> None:
-    from runtime import load_workflow
-    from runtime.problems import DslError
+    from firstgate.runtime import load_workflow
+    from firstgate.runtime.problems import DslError
 
     path = tmp_path / "flow.yml"
     import yaml

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from firstgate.plugin_daemon_client.probes import make_probe
 
-from plugin_daemon_client.probes import make_probe
 from tests.fakes import probe_server as ps
 
 TIMEOUT = 0.5
@@ -135,7 +135,7 @@ def test_an_environment_proxy_is_never_used(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_probe_does_not_run_through_the_gate() -> None:
     """A probe made inside an open gate with a tiny first-token budget is unaffected."""
-    from plugin_daemon_client import first_token_gate
+    from firstgate.plugin_daemon_client import first_token_gate
 
     with ps.ProbeServer(slots=ps.slow(0.2)) as srv:
         with first_token_gate(first_token_timeout=0.05):

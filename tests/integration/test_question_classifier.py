@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.runtime import events as ev
 
-from runtime import events as ev
 from tests import model_flows as mf
 from tests.fakes import llm_server as fake
 from tests.fakes import model_answers as ma

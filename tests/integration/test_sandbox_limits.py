@@ -16,8 +16,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
-from sandbox.errors import (
+from firstgate.sandbox.errors import (
     CodeCancelledError,
     CodeExecutionError,
     CodeResourceLimitError,
@@ -25,7 +24,8 @@ from sandbox.errors import (
     CodeSandboxViolationError,
     CodeTimeoutError,
 )
-from sandbox.process_pool import ProcessSandbox
+from firstgate.sandbox.process_pool import ProcessSandbox
+
 from tests.integration.sandbox_support import CPU_BOUND, HAS_NODE, SMALL, small_sandbox
 
 ADD = "def main(a: int) -> dict:\n    return {'b': a + 1}\n"
@@ -61,7 +61,7 @@ def test_infinite_loop_hits_the_cpu_limit() -> None:
 def test_sleeping_job_hits_the_wall_clock_timeout(
     pool: ProcessSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sandbox.worker_process import WorkerProcess
+    from firstgate.sandbox.worker_process import WorkerProcess
 
     released: list[int] = []
     real_release = WorkerProcess._release
@@ -337,8 +337,8 @@ def test_jobs_hold_no_capabilities(pool: ProcessSandbox) -> None:
 
 def test_job_processes_die_with_their_worker() -> None:
     # A bare worker, not the pool: nobody kills the process group for it.
-    from sandbox.process_pool import ProcessSandbox as Pool
-    from sandbox.worker_process import WorkerBroken, WorkerProcess
+    from firstgate.sandbox.process_pool import ProcessSandbox as Pool
+    from firstgate.sandbox.worker_process import WorkerBroken, WorkerProcess
 
     config = Pool()._make_worker_config()
     worker = WorkerProcess(config)
@@ -444,7 +444,7 @@ def test_a_worker_that_dies_is_replaced(pool: ProcessSandbox) -> None:
 
 
 def test_cancel_kills_the_running_job_at_once(pool: ProcessSandbox) -> None:
-    from nodes.cancel import CancelToken
+    from firstgate.nodes.cancel import CancelToken
 
     token = CancelToken()
     code = "import time\ndef main():\n    time.sleep(30)\n"
@@ -564,7 +564,7 @@ class TestJavaScript:
 
 
 def test_a_caller_waiting_for_a_busy_pool_can_be_cancelled() -> None:
-    from nodes.cancel import CancelToken
+    from firstgate.nodes.cancel import CancelToken
 
     with small_sandbox(workers=1) as single:
 
@@ -588,8 +588,8 @@ def test_a_caller_waiting_for_a_busy_pool_can_be_cancelled() -> None:
 
 RUNTIME_THAT_DIES = """
 import os, sys, threading, time
-from sandbox.process_pool import ProcessSandbox, ProcessSandboxConfig
-from sandbox.worker_process import SandboxLimits
+from firstgate.sandbox.process_pool import ProcessSandbox, ProcessSandboxConfig
+from firstgate.sandbox.worker_process import SandboxLimits
 pool = ProcessSandbox(ProcessSandboxConfig(workers=1, limits=SandboxLimits(wall_s=120, cpu_s=60)))
 pool.start()
 (worker,) = list(pool._workers)

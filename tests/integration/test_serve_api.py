@@ -349,7 +349,7 @@ def test_sigterm_drains_then_stops_what_is_left_and_records_it(model: str, tmp_p
         assert rest[-1]["event"] == "workflow_finished"
         assert rest[-1]["data"]["status"] == "stopped"
         assert running.process.wait(timeout=30) == 0
-    from store import open_store
+    from firstgate.store import open_store
 
     store = open_store(str(tmp_path / "state.db"))
     record = store.run(run_id)
@@ -381,7 +381,12 @@ def test_the_production_command_serves_under_gunicorns_gevent_worker(
         **{f"FIRSTGATE_APP_KEY_{stem.upper()}": key for stem, key in KEYS.items()},
     }
     gunicorn = Path(sys.executable).with_name("gunicorn")
-    command = [str(gunicorn), "-c", "python:serve.gunicorn_conf", "serve.wsgi:application()"]
+    command = [
+        str(gunicorn),
+        "-c",
+        "python:firstgate.serve.gunicorn_conf",
+        "firstgate.serve.wsgi:application()",
+    ]
     log = (tmp_path / "gunicorn.log").open("w")
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -464,7 +469,7 @@ def test_the_stream_is_exactly_the_events_of_json(server: Server, tmp_path: Path
     from tests.serve_support import ROOT
 
     cli = subprocess.run(
-        [sys.executable, "-m", "serve.cli", "run", str(APPS / "story.yml"), "--json",
+        [sys.executable, "-m", "firstgate.serve.cli", "run", str(APPS / "story.yml"), "--json",
          "--input", "topic=same words", "--models", str(tmp_path / "models.yaml"),
          "--state", str(tmp_path / "cli.db")],
         cwd=ROOT, capture_output=True, text=True, timeout=60,

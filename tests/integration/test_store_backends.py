@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from firstgate.store import StoreError, TurnResult, UploadRecord, VariableValue, open_store
+from firstgate.store.base import MESSAGE_ERROR, MESSAGE_NORMAL, MessageRecord, RunRecord, Store
+from firstgate.store.postgres import MIGRATIONS as PG_MIGRATIONS
+from firstgate.store.postgres import PostgresStore
 
-from store import StoreError, TurnResult, UploadRecord, VariableValue, open_store
-from store.base import MESSAGE_ERROR, MESSAGE_NORMAL, MessageRecord, RunRecord, Store
-from store.postgres import MIGRATIONS as PG_MIGRATIONS
-from store.postgres import PostgresStore
 from tests.postgres_support import postgres_server, postgres_url  # noqa: F401 - fixtures
 
 APP = "app-1"

@@ -8,12 +8,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from firstgate.nodes.jinja import compile_template, render_jinja
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.sandbox.errors import CodeResourceLimitError, CodeTimeoutError
+from firstgate.sandbox.process_pool import ProcessSandbox
 
-from nodes.jinja import compile_template, render_jinja
-from runtime import events as ev
-from runtime import load_workflow
-from sandbox.errors import CodeResourceLimitError, CodeTimeoutError
-from sandbox.process_pool import ProcessSandbox
 from tests.integration.sandbox_support import CPU_BOUND, small_sandbox
 
 
@@ -73,7 +73,7 @@ def test_a_heavy_but_finite_template_finishes_in_the_sandbox() -> None:
 
 
 def test_errors_in_isolated_templates_read_like_template_errors(pool: ProcessSandbox) -> None:
-    from nodes.base import NodeRunError
+    from firstgate.nodes.base import NodeRunError
 
     with pytest.raises(NodeRunError) as caught:
         render_jinja("{{ ''.__class__ * 2 }}", {}, executor=pool)
@@ -143,7 +143,7 @@ def test_hostile_template_in_a_workflow_takes_the_fail_branch(
 
 
 def test_an_llm_jinja2_prompt_that_computes_renders_in_the_sandbox(pool: ProcessSandbox) -> None:
-    from nodes import llm
+    from firstgate.nodes import llm
 
     class Values:
         def get(self, selector: tuple[str, ...]) -> Any:
@@ -166,8 +166,8 @@ def test_an_llm_jinja2_prompt_that_computes_renders_in_the_sandbox(pool: Process
             ],
         }
     )
-    from nodes.base import NodeContext
-    from nodes.cancel import CancelToken
+    from firstgate.nodes.base import NodeContext
+    from firstgate.nodes.cancel import CancelToken
 
     def context(executor: ProcessSandbox | None) -> NodeContext:
         return NodeContext(

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from connectors.mcp_client import McpServer
-from connectors.tool_messages import (
+from firstgate.connectors.mcp_client import McpServer
+from firstgate.connectors.tool_messages import (
     BlobChunk,
     MessageType,
     ToolError,
@@ -23,12 +22,18 @@ from connectors.tool_messages import (
     merge_blob_chunks,
     text,
 )
-from connectors.tool_messages import blob as blob_message
-from connectors.tool_parameters import ParamType, ToolParameter, ToolParameterError, prepare
-from plugin_daemon_client.tool_dispatch import PluginToolClient, ToolReplyTooLargeError
-from runtime import events as ev
-from runtime import load_workflow
-from runtime.problems import DslError
+from firstgate.connectors.tool_messages import blob as blob_message
+from firstgate.connectors.tool_parameters import (
+    ParamType,
+    ToolParameter,
+    ToolParameterError,
+    prepare,
+)
+from firstgate.plugin_daemon_client.tool_dispatch import PluginToolClient, ToolReplyTooLargeError
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.problems import DslError
+
 from tests.connect_support import (
     abort_once,
     chain_flow,
@@ -515,7 +520,7 @@ def test_an_mcp_blob_over_the_cap_is_refused_before_it_is_decoded() -> None:
 
 
 def test_a_json_message_can_say_it_repeats_the_text() -> None:
-    from connectors.tool_messages import parse_wire_message
+    from firstgate.connectors.tool_messages import parse_wire_message
 
     said = {"type": "json", "message": {"json_object": {"a": 1}, "suppress_output": True}}
     assert parse_wire_message(said).suppress_output is True

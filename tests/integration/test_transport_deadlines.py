@@ -11,9 +11,9 @@ import time
 
 import httpx
 import pytest
+from firstgate.plugin_daemon_client import LLMClient, first_token_gate
+from firstgate.plugin_daemon_client import errors as E
 
-from plugin_daemon_client import LLMClient, first_token_gate
-from plugin_daemon_client import errors as E
 from tests.fakes import llm_server as fake
 
 BUDGET = 0.5
@@ -177,7 +177,7 @@ def test_concurrent_calls_each_get_their_own_budget() -> None:
 
 
 def test_gate_is_reset_after_the_block_even_on_error() -> None:
-    from plugin_daemon_client import current_gate
+    from firstgate.plugin_daemon_client import current_gate
 
     assert current_gate() is None
     with pytest.raises(RuntimeError):

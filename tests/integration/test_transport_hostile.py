@@ -21,11 +21,11 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from firstgate.plugin_daemon_client import LLMClient, first_token_gate
+from firstgate.plugin_daemon_client import client as client_module
+from firstgate.plugin_daemon_client import errors as E
+from firstgate.plugin_daemon_client.errors import Trip
 
-from plugin_daemon_client import LLMClient, first_token_gate
-from plugin_daemon_client import client as client_module
-from plugin_daemon_client import errors as E
-from plugin_daemon_client.errors import Trip
 from tests.fakes import llm_server as fake
 from tests.integration.test_cli import firstgate, lines
 

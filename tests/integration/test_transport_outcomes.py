@@ -7,9 +7,9 @@ import threading
 import time
 
 import pytest
+from firstgate.plugin_daemon_client import LLMClient, first_token_gate
+from firstgate.plugin_daemon_client import errors as E
 
-from plugin_daemon_client import LLMClient, first_token_gate
-from plugin_daemon_client import errors as E
 from tests.fakes import llm_server as fake
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -212,9 +212,8 @@ def test_cancel_before_the_request_starts_stops_it() -> None:
 def test_transport_turns_eof_after_our_shutdown_into_the_recorded_reason(framing: str) -> None:
     """The socket-level backstop alone, under plain httpx iteration (no SSE decoder)."""
     import httpx
-
-    from plugin_daemon_client import GatedTransport
-    from plugin_daemon_client.gate import GateTripped
+    from firstgate.plugin_daemon_client import GatedTransport
+    from firstgate.plugin_daemon_client.gate import GateTripped
 
     with fake.FakeLLMServer([fake.stall_after(1, seconds=10)], framing=framing) as srv:
         http = httpx.Client(transport=GatedTransport())

@@ -11,10 +11,10 @@ import re
 import time
 
 import pytest
+from firstgate.plugin_daemon_client import LLMClient, WaitInfo, first_token_gate
+from firstgate.plugin_daemon_client import errors as E
+from firstgate.plugin_daemon_client.probes import make_probe
 
-from plugin_daemon_client import LLMClient, WaitInfo, first_token_gate
-from plugin_daemon_client import errors as E
-from plugin_daemon_client.probes import make_probe
 from tests.fakes import llm_server as fake
 from tests.fakes import probe_server as ps
 

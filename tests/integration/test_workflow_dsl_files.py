@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from runtime import DslError, load_workflow
+from firstgate.runtime import DslError, load_workflow
 
 GOOD: dict[str, Any] = {
     "version": "0.1.5",

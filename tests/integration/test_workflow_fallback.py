@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.breakers import reset_shared_breakers
+from firstgate.runtime.settings import load_settings
 
-from runtime import events as ev
-from runtime import load_workflow
-from runtime.breakers import reset_shared_breakers
-from runtime.settings import load_settings
 from tests.fakes import llm_server as fake
 from tests.integration.test_cli import firstgate, lines
 from tests.run_events import final

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.runtime import DslError, RouteError, load_workflow
+from firstgate.runtime.routes import ModelRoutes
+from firstgate.runtime.settings import load_settings
 
-from runtime import DslError, RouteError, load_workflow
-from runtime.routes import ModelRoutes
-from runtime.settings import load_settings
 from tests.integration.test_cli import firstgate
 from tests.integration.test_workflow_fallback import flow_doc, write_yaml
 

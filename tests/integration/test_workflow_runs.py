@@ -8,11 +8,11 @@ import time
 from typing import Any
 
 import pytest
+from firstgate.runtime import RunLimits, load_workflow
+from firstgate.runtime import events as ev
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.runtime.settings.providers import ProviderRoute
 
-from runtime import RunLimits, load_workflow
-from runtime import events as ev
-from runtime.settings import RuntimeSettings
-from runtime.settings.providers import ProviderRoute
 from tests.fakes import llm_server as fake
 from tests.run_events import final
 

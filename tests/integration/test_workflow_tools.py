@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.problems import DslError
 from pydantic import ValidationError
 
-from runtime import events as ev
-from runtime import load_workflow
-from runtime.problems import DslError
 from tests.connect_support import abort_once, chain_flow, node_end, settings
 from tests.fakes.http_target import HttpTarget
 
@@ -236,7 +236,7 @@ def test_an_agent_calls_a_workflow_tool_the_settings_define(
 def test_served_apps_load_workflow_tools_the_settings_define(
     summarize: Path, tmp_path: Path
 ) -> None:
-    from serve.apps import key_variable, load_directory
+    from firstgate.serve.apps import key_variable, load_directory
 
     apps = tmp_path / "apps"
     apps.mkdir()

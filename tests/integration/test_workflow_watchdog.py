@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.runtime import events as ev
+from firstgate.runtime.route_clients import RouteClients
+from firstgate.runtime.routes import ModelRoutes
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.runtime.settings.providers import ProviderRoute
 
-from runtime import events as ev
-from runtime.route_clients import RouteClients
-from runtime.routes import ModelRoutes
-from runtime.settings import RuntimeSettings
-from runtime.settings.providers import ProviderRoute
 from tests.fakes import llm_server as fake
 from tests.fakes import probe_server as ps
 from tests.integration.test_cli import firstgate, lines

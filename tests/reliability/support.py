@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
-from runtime import events as ev
-from runtime.settings import RuntimeSettings
-from runtime.settings.providers import ProviderRoute
+from firstgate.runtime import events as ev
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.runtime.settings.providers import ProviderRoute
 
 # Recognisable credentials, planted through the models file's api_key_env.
 OPENAI_KEY_ENV = "FIRSTGATE_RELIABILITY_OPENAI_KEY"

@@ -13,8 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-
-from plugin_daemon_client.errors import (
+from firstgate.plugin_daemon_client.errors import (
     FIRST_TOKEN,
     IDLE,
     STREAM_TOTAL,
@@ -22,8 +21,9 @@ from plugin_daemon_client.errors import (
     InvokeError,
     StreamTimeoutError,
 )
-from runtime import events as ev
-from runtime import load_workflow
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+
 from tests.fakes import llm_server as fake
 from tests.reliability import support
 from tests.run_events import final

@@ -12,9 +12,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
-from plugin_daemon_client import LLMClient, first_token_gate
-from plugin_daemon_client import errors as E
+from firstgate.plugin_daemon_client import LLMClient, first_token_gate
+from firstgate.plugin_daemon_client import errors as E
 
 
 @pytest.fixture

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from firstgate.plugin_daemon_client.errors import FirstGateError
+from firstgate.plugin_daemon_client.protocols import openai_compatible, plugin_daemon
+from firstgate.plugin_daemon_client.protocols.frames import Frame, FrameError
+from firstgate.plugin_daemon_client.redaction import Redactor
+from firstgate.plugin_daemon_client.sse import SSEDecoder, SSEViolation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from plugin_daemon_client.errors import FirstGateError
-from plugin_daemon_client.protocols import openai_compatible, plugin_daemon
-from plugin_daemon_client.protocols.frames import Frame, FrameError
-from plugin_daemon_client.redaction import Redactor
-from plugin_daemon_client.sse import SSEDecoder, SSEViolation
 
 FUZZ = settings(
     max_examples=300,

@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.runtime import DslError, load_workflow
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from runtime import DslError, load_workflow
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yml"))
 DOCUMENTS = [yaml.safe_load(path.read_text(encoding="utf-8")) for path in EXAMPLES]

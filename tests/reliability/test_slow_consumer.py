@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from firstgate.plugin_daemon_client import LLMClient, first_token_gate, sse
+from firstgate.plugin_daemon_client import errors as E
 
-from plugin_daemon_client import LLMClient, first_token_gate, sse
-from plugin_daemon_client import errors as E
 from tests.fakes import llm_server as fake
 
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -10,10 +10,10 @@ import threading
 from typing import Any
 
 import pytest
+from firstgate.plugin_daemon_client.errors import FIRST_TOKEN, FirstTokenTimeoutError
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
 
-from plugin_daemon_client.errors import FIRST_TOKEN, FirstTokenTimeoutError
-from runtime import events as ev
-from runtime import load_workflow
 from tests.fakes import llm_server as fake
 from tests.reliability import support
 from tests.run_events import final

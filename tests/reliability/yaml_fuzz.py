@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from firstgate.runtime import DslError, load_workflow
+from firstgate.runtime.yaml_reader import LOADERS, parse_yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime import DslError, load_workflow
-from runtime.yaml_reader import LOADERS, parse_yaml
 from tests.reliability.test_fuzz_dsl import paths
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yml"))

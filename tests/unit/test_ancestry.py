@@ -12,14 +12,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import firstgate.runtime.ancestry as ancestry
 import pytest
+from firstgate.runtime import DslError, load_workflow
+from firstgate.runtime.ancestry import Ancestry
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import runtime.ancestry as ancestry
 from bench.chain_dsl import chain_document
-from runtime import DslError, load_workflow
-from runtime.ancestry import Ancestry
 
 
 def reaches(edges: list[tuple[str, str]], source: str, target: str) -> bool:

@@ -6,10 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
-from nodes.code import CodeOutput
-from nodes.code_outputs import CodeNodeError, DepthLimitError, OutputValidationError, check_outputs
-from sandbox.executor import OutputLimits
+from firstgate.nodes.code import CodeOutput
+from firstgate.nodes.code_outputs import (
+    CodeNodeError,
+    DepthLimitError,
+    OutputValidationError,
+    check_outputs,
+)
+from firstgate.sandbox.executor import OutputLimits
 
 SMALL = OutputLimits(
     max_string_length=10,

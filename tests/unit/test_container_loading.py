@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from runtime import DslError, load_workflow
+from firstgate.runtime import DslError, load_workflow
 
 
 def node(node_id: str, node_type: str, parent: str | None = None, **data: Any) -> dict[str, Any]:

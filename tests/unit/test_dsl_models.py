@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from firstgate.nodes import llm
+from firstgate.nodes.config import DefaultValue, RetryConfig, coerce_default
+from firstgate.runtime.problems import NodeRef, problems_from_validation
 from pydantic import ValidationError
-
-from nodes import llm
-from nodes.config import DefaultValue, RetryConfig, coerce_default
-from runtime.problems import NodeRef, problems_from_validation
 
 
 def llm_data(**extra: Any) -> dict[str, Any]:

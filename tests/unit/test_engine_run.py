@@ -8,13 +8,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-from plugin_daemon_client import LLMChunk, current_gate
-from runtime import RunLimits, load_workflow
-from runtime import events as ev
-from runtime.graph import EdgeDef
-from runtime.limits import LimitSettingError
-from runtime.scheduler import NodeState, Scheduler
+from firstgate.plugin_daemon_client import LLMChunk, current_gate
+from firstgate.runtime import RunLimits, load_workflow
+from firstgate.runtime import events as ev
+from firstgate.runtime.graph import EdgeDef
+from firstgate.runtime.limits import LimitSettingError
+from firstgate.runtime.scheduler import NodeState, Scheduler
 
 Reply = Callable[[list[dict[str, Any]]], Iterator[LLMChunk]]
 

@@ -7,12 +7,12 @@ import gc
 from typing import Any
 
 import pytest
+from firstgate.nodes import jinja
+from firstgate.nodes.cancel import CancelToken
+from firstgate.runtime import RunLimits, load_workflow
+from firstgate.runtime import events as ev
+from firstgate.runtime.variable_pool import VariablePool
 
-from nodes import jinja
-from nodes.cancel import CancelToken
-from runtime import RunLimits, load_workflow
-from runtime import events as ev
-from runtime.variable_pool import VariablePool
 from tests.run_events import final
 
 

@@ -8,11 +8,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-
-from plugin_daemon_client import errors as E
-from plugin_daemon_client.budgets import GateBudgets
-from plugin_daemon_client.errors import Trip
-from plugin_daemon_client.fallback import (
+from firstgate.plugin_daemon_client import errors as E
+from firstgate.plugin_daemon_client.budgets import GateBudgets
+from firstgate.plugin_daemon_client.errors import Trip
+from firstgate.plugin_daemon_client.fallback import (
     BUDGET_FLOOR_MS,
     DEFAULT_ATTEMPT_CAP_MAX_MS,
     CircuitBreakers,
@@ -22,7 +21,7 @@ from plugin_daemon_client.fallback import (
     Target,
     is_local_host,
 )
-from plugin_daemon_client.gate import Gate, GateTripped, current_gate, gate_in_context
+from firstgate.plugin_daemon_client.gate import Gate, GateTripped, current_gate, gate_in_context
 
 
 class Clock:

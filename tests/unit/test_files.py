@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from nodes import files
-from nodes.files import File, FileError, FileRules, FileType, TransferMethod
+from firstgate.nodes import files
+from firstgate.nodes.files import File, FileError, FileRules, FileType, TransferMethod
 
 
 def _write(tmp_path: Path, name: str, size: int) -> Path:

@@ -5,11 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from plugin_daemon_client import errors as E
-from plugin_daemon_client.first_token_budget import (
+from firstgate.plugin_daemon_client import errors as E
+from firstgate.plugin_daemon_client.first_token_budget import (
     DEFAULT_CEILING_S,
     ENV_BASE,
     ENV_CEILING,
@@ -21,6 +18,8 @@ from plugin_daemon_client.first_token_budget import (
     estimate_text_tokens,
     resolve_first_token_budget,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 DEFAULT = BudgetFormula()
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from plugin_daemon_client import errors as E
-from plugin_daemon_client.budgets import GateBudgets, coerce_budget
-from plugin_daemon_client.gate import Gate, GateTripped, WaitInfo
+from firstgate.plugin_daemon_client import errors as E
+from firstgate.plugin_daemon_client.budgets import GateBudgets, coerce_budget
+from firstgate.plugin_daemon_client.gate import Gate, GateTripped, WaitInfo
 
 
 class Clock:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from nodes import jinja
-from nodes.base import NodeRunError
-from nodes.jinja import compile_template, render_jinja
+from firstgate.nodes import jinja
+from firstgate.nodes.base import NodeRunError
+from firstgate.nodes.jinja import compile_template, render_jinja
 
 INLINE = [
     "Hello {{ name }}!",

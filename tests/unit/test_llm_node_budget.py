@@ -9,18 +9,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
-
-from nodes import llm
-from nodes.base import NodeContext, RoutePlan, RouteTarget
-from nodes.cancel import CancelToken
-from plugin_daemon_client import LLMChunk, current_gate
-from plugin_daemon_client import errors as E
-from plugin_daemon_client.first_token_budget import (
+from firstgate.nodes import llm
+from firstgate.nodes.base import NodeContext, RoutePlan, RouteTarget
+from firstgate.nodes.cancel import CancelToken
+from firstgate.plugin_daemon_client import LLMChunk, current_gate
+from firstgate.plugin_daemon_client import errors as E
+from firstgate.plugin_daemon_client.first_token_budget import (
     ENV_CEILING,
     ENV_TIMEOUT,
     estimate_prompt_tokens,
 )
+from pydantic import ValidationError
 
 ENV_VARS = (ENV_TIMEOUT, ENV_CEILING, "FIRSTGATE_FIRST_TOKEN_COLD_START_S")
 ENV_VARS += ("FIRSTGATE_FIRST_TOKEN_BASE_S", "FIRSTGATE_FIRST_TOKEN_PER_1K_S")

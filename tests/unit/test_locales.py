@@ -37,9 +37,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from firstgate.locales import DEFAULT_LOCALE, normalize_locale, t
 
-import locales
-from locales import DEFAULT_LOCALE, normalize_locale, t
+from firstgate import locales
 
 LOCALES_DIR = Path(locales.__file__).resolve().parent
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from firstgate.nodes import answer, end, llm, start, template_transform, variable_aggregator
+from firstgate.nodes.base import NodeContext, NodeRunError
+from firstgate.nodes.cancel import CancelToken
+from firstgate.nodes.selectors import parse_template, template_selectors
 from pydantic import ValidationError
-
-from nodes import answer, end, llm, start, template_transform, variable_aggregator
-from nodes.base import NodeContext, NodeRunError
-from nodes.cancel import CancelToken
-from nodes.selectors import parse_template, template_selectors
 
 
 class Vars:

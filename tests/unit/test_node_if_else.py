@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from firstgate.nodes import if_else
+from firstgate.nodes.base import NodeContext
+from firstgate.nodes.cancel import CancelToken
+from firstgate.nodes.comparison import compare
+from firstgate.runtime.problems import problems_from_validation
 from pydantic import ValidationError
-
-from nodes import if_else
-from nodes.base import NodeContext
-from nodes.cancel import CancelToken
-from nodes.comparison import compare
-from runtime.problems import problems_from_validation
 
 
 class Vars:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from nodes.parameter_values import (
+from firstgate.nodes.parameter_values import (
     ExtractionProblem,
     Parameter,
     check,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from plugin_daemon_client.probes import (
+from firstgate.plugin_daemon_client.probes import (
     AutoProbe,
     EndpointProbe,
     auth_headers,

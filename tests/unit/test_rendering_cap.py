@@ -8,18 +8,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from firstgate.nodes import jinja
+from firstgate.nodes.base import NodeContext
+from firstgate.nodes.cancel import CancelToken
+from firstgate.nodes.llm import Data as LLMData
+from firstgate.nodes.llm import messages_for
+from firstgate.nodes.rendering import MAX_RENDERED_CHARS, RenderedTooLongError, TextBudget
+from firstgate.nodes.values import render_text
+from firstgate.runtime import events as ev
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from nodes import jinja
-from nodes.base import NodeContext
-from nodes.cancel import CancelToken
-from nodes.llm import Data as LLMData
-from nodes.llm import messages_for
-from nodes.rendering import MAX_RENDERED_CHARS, RenderedTooLongError, TextBudget
-from nodes.values import render_text
-from runtime import events as ev
 from tests.unit.test_engine_run import FakeClients, doc, edge, llm, node, run, says
 
 BIG = "x" * 100_000  # 100 KB; 3,000 of them would be 300 MB

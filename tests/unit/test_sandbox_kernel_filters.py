@@ -16,8 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-from sandbox.worker import landlock, seccomp
+from firstgate.sandbox.worker import landlock, seccomp
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux only")
 SETRLIMIT = {"x86_64": 160, "aarch64": 164}.get(os.uname().machine, -1)

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from firstgate.nodes.config import DslModel
+from firstgate.runtime.problems import DslError
+from firstgate.runtime.routes import ModelRoutes, RouteError
+from firstgate.runtime.settings import RuntimeSettings, load_settings
+from firstgate.runtime.settings.providers import ProviderRoute
 from pydantic import Field
-
-from nodes.config import DslModel
-from runtime.problems import DslError
-from runtime.routes import ModelRoutes, RouteError
-from runtime.settings import RuntimeSettings, load_settings
-from runtime.settings.providers import ProviderRoute
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -10,10 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from store import StoreError, TurnResult, VariableValue
-from store.base import MESSAGE_ERROR, MESSAGE_NORMAL, MessageRecord, RunRecord
-from store.sqlite import MIGRATIONS, SQLiteStore, _enable_wal
+from firstgate.store import StoreError, TurnResult, VariableValue
+from firstgate.store.base import MESSAGE_ERROR, MESSAGE_NORMAL, MessageRecord, RunRecord
+from firstgate.store.sqlite import MIGRATIONS, SQLiteStore, _enable_wal
 
 APP = "app-1"
 USER = "user-1"
@@ -204,7 +203,7 @@ def test_concurrent_turns_in_processes_lose_no_write(tmp_path: Path) -> None:
 
 
 def test_a_workflow_run_is_recorded_with_its_nodes(tmp_path: Path) -> None:
-    from store.base import FileRecord, NodeExecutionRecord
+    from firstgate.store.base import FileRecord, NodeExecutionRecord
 
     store = SQLiteStore(tmp_path / "s.db")
     node = NodeExecutionRecord(

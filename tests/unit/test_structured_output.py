@@ -9,10 +9,13 @@ import threading
 from typing import Any
 
 import pytest
+from firstgate.nodes import llm
+from firstgate.nodes.structured_output import (
+    StructuredOutputError,
+    parse_and_validate,
+    schema_problem,
+)
 from pydantic import ValidationError
-
-from nodes import llm
-from nodes.structured_output import StructuredOutputError, parse_and_validate, schema_problem
 
 PERSON = {
     "type": "object",

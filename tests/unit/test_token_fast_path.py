@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
+from firstgate.plugin_daemon_client.protocols import openai_compatible as oc
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from plugin_daemon_client.protocols import openai_compatible as oc
 
 
 def frame(content: object, created: int = 1700000000, finish: object = None) -> bytes:

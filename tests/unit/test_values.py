@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nodes import files
-from nodes.values import as_markdown, as_text
+from firstgate.nodes import files
+from firstgate.nodes.values import as_markdown, as_text
 
 
 def test_text_of_each_kind() -> None:

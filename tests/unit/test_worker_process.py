@@ -13,11 +13,10 @@ import time
 from typing import Any
 
 import pytest
-
-from sandbox import worker_process
-from sandbox.errors import CodeRuntimeUnavailableError
-from sandbox.worker import framing
-from sandbox.worker_process import (
+from firstgate.sandbox import worker_process
+from firstgate.sandbox.errors import CodeRuntimeUnavailableError
+from firstgate.sandbox.worker import framing
+from firstgate.sandbox.worker_process import (
     SandboxLimits,
     WorkerBroken,
     WorkerConfig,

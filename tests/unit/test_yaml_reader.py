@@ -12,11 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
-
-from bench.chain_dsl import chain_yaml
-from nodes.config import QUOTE_LIMIT, shown
-from runtime import DslError, load_workflow
-from runtime.yaml_reader import (
+from firstgate.nodes.config import QUOTE_LIMIT, shown
+from firstgate.runtime import DslError, load_workflow
+from firstgate.runtime.yaml_reader import (
     LOADERS,
     MAX_ALIAS_GROWTH,
     MAX_BYTES,
@@ -25,6 +23,8 @@ from runtime.yaml_reader import (
     read_yaml,
     read_yaml_mapping,
 )
+
+from bench.chain_dsl import chain_yaml
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yml"))
 
