@@ -34,6 +34,16 @@ CLOUD_METADATA = frozenset(
     for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "fd00:ec2::254")
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Prefixes that carry an IPv4 address in their low 32 bits, which Python's
+# `is_global` does not look through: SIIT's IPv4-translated addresses and the
+# deprecated IPv4-compatible ones (`::a00:1` reaches 10.0.0.1 on a host that
+# still routes them).
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+# Never globally routable, though Python 3.11 calls them global: local-use
+# NAT64 (RFC 8215: on such a network it translates to private IPv4) and the
+# deprecated site-local block.
+_LOCAL_ONLY = (ipaddress.ip_network("64:ff9b:1::/48"), ipaddress.ip_network("fec0::/10"))
 
 
 class AllowEntryError(ValueError):
@@ -107,8 +117,10 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | No
         return address.sixtofour
     if address.teredo is not None:
         return address.teredo[1]
-    if address in _NAT64:
+    if address in _NAT64 or address in _IPV4_TRANSLATED:
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in _IPV4_COMPATIBLE and int(address) > 1:  # `::` and `::1` are themselves
+        return ipaddress.IPv4Address(int(address))
     return None
 
 
@@ -120,6 +132,8 @@ def refusal_reason(address: IPAddress) -> str | None:
         inner = _embedded_ipv4(address)
         if inner is not None:
             return refusal_reason(inner)
+        if any(address in block for block in _LOCAL_ONLY):
+            return "private"
     if address.is_unspecified:
         return "unspecified"
     if address.is_loopback:

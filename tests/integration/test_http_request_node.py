@@ -199,6 +199,13 @@ def test_every_spelling_of_loopback_is_refused_by_default(target: HttpTarget, ho
         ("http://[fe80::1]/", "link-local"),
         ("http://[::ffff:10.0.0.1]/", "private"),
         ("http://[64:ff9b::a00:1]/", "private"),  # NAT64 of 10.0.0.1
+        ("http://[64:ff9b:1::a00:1]/", "private"),  # local-use NAT64
+        ("http://[64:ff9b:1::808:808]/", "private"),  # local-use NAT64, whatever it embeds
+        ("http://[::ffff:0:a00:1]/", "private"),  # SIIT IPv4-translated 10.0.0.1
+        ("http://[::ffff:0:7f00:1]/", "loopback"),
+        ("http://[::a00:1]/", "private"),  # IPv4-compatible 10.0.0.1
+        ("http://[::7f00:1]/", "loopback"),
+        ("http://[fec0::1]/", "private"),  # site-local
         ("http://224.0.0.1/", "multicast"),
     ],
 )
