@@ -175,14 +175,32 @@ class HTTPResponseCodeError(NodeRunError):
 # --- building the request -------------------------------------------------------
 
 
-def _lines(text: str) -> list[tuple[str, str]]:
-    """Dify's text-line format: `key: value` per line; `key` alone has an empty value."""
+def _lines(template: str, variables: VariableReader) -> list[tuple[str, str]]:
+    """Dify's text-line format: `key: value` per line; `key` alone has an empty value.
+
+    The lines are split *before* variables are substituted, as Dify does for
+    params: a newline inside an input stays inside its value instead of adding
+    a parameter or a header of its own.
+    """
     pairs: list[tuple[str, str]] = []
-    for line in text.splitlines():
+    for line in template.splitlines():
         key, _, value = line.strip().partition(":")
-        if key.strip():
-            pairs.append((key.strip(), value.strip()))
+        key = render_text(key.strip(), variables).strip()
+        if key:
+            pairs.append((key, render_text(value.strip(), variables).strip()))
     return pairs
+
+
+def _header_lines(template: str, variables: VariableReader) -> dict[str, str]:
+    """Header lines; CR and LF in a substituted name or value are dropped (no header
+    can be added or overridden through an input, and none can be split)."""
+    return {
+        _no_line_breaks(key): _no_line_breaks(value) for key, value in _lines(template, variables)
+    }
+
+
+def _no_line_breaks(text: str) -> str:
+    return text.replace("\r", "").replace("\n", "")
 
 
 def _auth_header(auth: Authorization, api_key: str) -> dict[str, str]:
@@ -263,11 +281,11 @@ def build_request(
         if not api_key.strip():
             raise NodeRunError("errors.http.noApiKey")
         secrets.append(api_key)
-    headers = dict(_lines(render_text(data.headers, variables)))
+    headers = _header_lines(data.headers, variables)
     auth = _auth_header(data.authorization, api_key)
     secrets.extend(auth.values())
     headers.update(auth)
-    params = _lines(render_text(data.params, variables)) or None
+    params = _lines(data.params, variables) or None
     spec = RequestSpec(method=data.method, url=url, headers=headers, params=params)
     body = data.body
     if body is None or body.type == "none":

@@ -83,6 +83,28 @@ def test_get_with_params_headers_and_raw_json_body(target: HttpTarget) -> None:
     assert done.outputs["headers"]["content-type"] == "application/json"
 
 
+def test_a_newline_in_an_input_adds_no_parameter_and_no_header(target: HttpTarget) -> None:
+    """Lines are split before inputs are substituted (Dify's order for params), and
+    line breaks in a substituted header are dropped: an input cannot add a query
+    parameter, add a header or override one."""
+    document = http_flow(
+        target.url + "/echo",
+        headers="X-Trace: {{#start.trace#}}\nAuthorization: Bearer mine",
+        params="q: {{#start.trace#}}",
+    )
+    document["workflow"]["graph"]["nodes"][0]["data"]["variables"] = [
+        {"variable": "trace", "type": "paragraph", "label": "t", "required": True}
+    ]
+    hostile = "abc\nadmin: true\r\nAuthorization: Bearer theirs\nX-Injected: 1"
+    events = run_events(document, allow(f"127.0.0.1:{target.port}"), trace=hostile)
+    echoed = json.loads(final(events).outputs["body"])
+    assert echoed["query"] == {"q": [hostile]}  # one parameter, its value whole
+    assert "admin" not in echoed["query"]
+    assert echoed["headers"]["authorization"] == "Bearer mine"
+    assert "x-injected" not in echoed["headers"]
+    assert echoed["headers"]["x-trace"] == "abcadmin: trueAuthorization: Bearer theirsX-Injected: 1"
+
+
 def test_json_body_is_repaired_and_sent_with_its_content_type(target: HttpTarget) -> None:
     body = {"type": "json", "data": [{"type": "text", "value": '{"a": 1, "b": [1, 2,],}'}]}
     events = run_events(
