@@ -48,8 +48,58 @@ def _serve_parser():  # type: ignore[no-untyped-def]
         help="seconds runs in flight get to finish on SIGTERM before they are stopped",
     )
     parser.add_argument("--locale", help="language of messages (default: from LANG)")
+    _add_connection_arguments(parser)
     _add_broker_arguments(parser, required=False)
     return parser
+
+
+def _at_least_one(text: str) -> int:
+    import argparse
+
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return number
+
+
+def _positive_seconds(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    return seconds
+
+
+def _add_connection_arguments(parser) -> None:  # type: ignore[no-untyped-def]
+    from firstgate.serve import connection_limits as defaults
+
+    group = parser.add_argument_group("client connections")
+    group.add_argument(
+        "--max-connections",
+        type=_at_least_one,
+        default=defaults.DEFAULT_MAX_CONNECTIONS,
+        help="open client connections at once; more wait to be accepted (default: %(default)s)",
+    )
+    group.add_argument(
+        "--header-timeout",
+        type=_positive_seconds,
+        default=defaults.DEFAULT_HEADER_S,
+        help="seconds a request's line and headers may take to arrive (default: %(default)s)",
+    )
+    group.add_argument(
+        "--keepalive-timeout",
+        type=_positive_seconds,
+        default=defaults.DEFAULT_IDLE_S,
+        help="seconds a connection may stay silent before its next request (default: %(default)s)",
+    )
 
 
 def _add_broker_arguments(parser, *, required: bool) -> None:  # type: ignore[no-untyped-def]
@@ -132,6 +182,7 @@ def serve_main(argv: Sequence[str]) -> int:
 
     from firstgate.locales.localized_error import LocalizedError
     from firstgate.serve.distributed.settings import require_shared_store
+    from firstgate.serve.connection_limits import ConnectionLimits
     from firstgate.serve.server import ServeConfig, serve_forever
 
     args = _serve_parser().parse_args(list(argv))
@@ -156,6 +207,11 @@ def serve_main(argv: Sequence[str]) -> int:
             # Seconds of silence before a `ping` event (Dify's 10); tests shorten it.
             ping_interval=float(os.environ.get("FIRSTGATE_SSE_PING_S", "10")),
             distributed=distributed,
+            connections=ConnectionLimits(
+                idle_s=args.keepalive_timeout,
+                header_s=args.header_timeout,
+                max_connections=args.max_connections,
+            ),
         )
         return serve_forever(config)
     except LocalizedError as exc:

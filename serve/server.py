@@ -34,6 +34,7 @@ from firstgate.runtime.routes import ModelRoutes
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
 from firstgate.serve.apps import AppDirectory, load_directory
+from firstgate.serve.connection_limits import ConnectionLimits
 from firstgate.serve.distributed.settings import DistributedSettings
 from firstgate.serve.file_links import FileLinks
 from firstgate.serve.launch import Launcher
@@ -64,6 +65,7 @@ class ServeConfig:
     limits: RunLimits | None = None  # None: the engine's defaults
     # Runs on Celery workers (`--broker`); None: in this process.
     distributed: DistributedSettings | None = None
+    connections: ConnectionLimits = ConnectionLimits()
 
 
 def raise_open_file_limit() -> None:
@@ -210,7 +212,13 @@ def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None)
     # process: out of the collector's way, so its full passes stay short.
     gc.freeze()
     server = WSGIServer(
-        (config.host, config.port), service.api, log=None, error_log=log, backlog=2048
+        (config.host, config.port),
+        service.api,
+        log=None,
+        error_log=log,
+        backlog=2048,
+        handler_class=config.connections.handler(),
+        spawn=config.connections.pool(),
     )
     server.start()
     host, port = server.address[:2]

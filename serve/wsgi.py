@@ -1,6 +1,6 @@
 """The production entry point: the same application under gunicorn's gevent worker.
 
-    FIRSTGATE_APPS_DIR=apps/ gunicorn -c python:serve.gunicorn_conf 'serve.wsgi:application()'
+    FIRSTGATE_APPS_DIR=apps/ gunicorn -c python:firstgate.serve.gunicorn_conf 'firstgate.serve.wsgi:application()'
 
 Settings come from the environment: `FIRSTGATE_APPS_DIR` (required),
 `FIRSTGATE_MODELS` (the settings file), `FIRSTGATE_DATABASE_URL` or
