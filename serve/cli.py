@@ -181,8 +181,8 @@ def serve_main(argv: Sequence[str]) -> int:
     from pathlib import Path
 
     from firstgate.locales.localized_error import LocalizedError
-    from firstgate.serve.distributed.settings import require_shared_store
     from firstgate.serve.connection_limits import ConnectionLimits
+    from firstgate.serve.distributed.settings import require_shared_store
     from firstgate.serve.server import ServeConfig, serve_forever
 
     args = _serve_parser().parse_args(list(argv))
