@@ -359,17 +359,9 @@ class ServiceApi:
         return runs.start(app, request)
 
     def _streaming(self, handle: RunHandle) -> Response:
-        stream = handle.stream
-        interval = self.context.ping_interval
-
-        def frames() -> Iterator[bytes]:
-            for event in stream.follow(interval):
-                yield PING if event is None else sse(event)
-
-        response = Response(frames(), mimetype="text/event-stream", direct_passthrough=True)
-        response.headers["Cache-Control"] = "no-cache"
-        response.headers["X-Accel-Buffering"] = "no"
-        return response
+        # Numbered from the first frame, as the events endpoint numbers them: a
+        # client that loses this stream resumes with the last `id` it saw.
+        return self._event_stream(handle.stream.follow(self.context.ping_interval))
 
     def _stop(self, request: Request, app: App, task_id: str) -> Response:
         if app.chat:

@@ -215,6 +215,34 @@ def test_a_stream_pings_while_silent_and_ends_cleanly(server: Server) -> None:
     assert "ping" not in frames[first_text:]
 
 
+def _numbered(response: httpx.Response) -> list[tuple[int, dict]]:
+    """The stream's event frames as (SSE id, event); a frame without an id fails."""
+    found = []
+    for frame in response.read().decode().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in frame.split("\n") if ": " in line)
+        if "data" in lines:
+            assert "id" in lines, frame
+            found.append((int(lines["id"]), json.loads(lines["data"])))
+    return found
+
+
+def test_every_frame_of_a_stream_has_an_id_to_resume_from(server: Server) -> None:
+    body = {"inputs": {"topic": "a story"}, "user": "u", "response_mode": "streaming"}
+    with server.key_client("story") as http:
+        with http.stream("POST", "/v1/workflows/run", json=body) as reply:
+            first = _numbered(reply)
+        assert [i for i, _ in first] == list(range(1, len(first) + 1))
+        run_id = first[0][1]["workflow_run_id"]
+        with http.stream(
+            "GET",
+            f"/v1/workflow/{run_id}/events",
+            params={"user": "u"},
+            headers={"Last-Event-ID": "3"},
+        ) as resumed:
+            rest = _numbered(resumed)
+    assert rest == first[3:]
+
+
 def test_no_ping_while_events_flow(server: Server) -> None:
     body = {"inputs": {"topic": "[slow] story"}, "user": "u", "response_mode": "streaming"}
     pings = 0
