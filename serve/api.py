@@ -29,7 +29,7 @@ from firstgate.serve.errors import (
     not_workflow_app,
     unauthorized,
 )
-from firstgate.serve.file_links import FileLinks
+from firstgate.serve.file_links import FileLinks, preview_headers
 from firstgate.serve.launch import RunRequest
 from firstgate.serve.runs import EventSource, RunHandle, Runs
 from firstgate.store.base import ConversationRecord, MessageRecord, RunRecord, Store
@@ -83,6 +83,8 @@ class ServeContext:
     ping_interval: float = PING_INTERVAL_S
     links: FileLinks = field(default_factory=FileLinks)
     code_executor: CodeExecutor | None = None  # shared by every run; None: each run builds one
+    # Where file links point (`file_links.files_base_url`); set once the address is known.
+    files_url: str = ""
 
 
 def _rules() -> Map:
@@ -234,8 +236,7 @@ class ServiceApi:
         if record is None:
             raise ApiError(403, "forbidden", "serve.error.badLink")
         response = Response(Path(record.path).read_bytes(), mimetype=record.mime_type)
-        response.headers["Content-Disposition"] = "inline"
-        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers.update(preview_headers(record.mime_type))
         return response
 
     # ---- the app
@@ -308,7 +309,7 @@ class ServiceApi:
             body.files,
             query=None,
             conversation=None,
-            base_url=request.host_url,
+            base_url=self.context.files_url,
         )
         if body.response_mode == "streaming":
             return self._streaming(handle)
@@ -327,7 +328,7 @@ class ServiceApi:
             body.files,
             query=body.query,
             conversation=body.conversation_id,
-            base_url=request.host_url,
+            base_url=self.context.files_url,
         )
         if body.response_mode == "streaming":
             return self._streaming(handle)

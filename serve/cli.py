@@ -42,6 +42,12 @@ def _serve_parser():  # type: ignore[no-untyped-def]
     )
     parser.add_argument("--uploads", metavar="DIR", help="where uploaded files are kept")
     parser.add_argument(
+        "--files-url",
+        metavar="URL",
+        help="the address file links point to, as clients reach this server (Dify's FILES_URL;"
+        " default: $FIRSTGATE_FILES_URL, else the address served on)",
+    )
+    parser.add_argument(
         "--grace",
         type=float,
         default=30.0,
@@ -51,6 +57,20 @@ def _serve_parser():  # type: ignore[no-untyped-def]
     _add_connection_arguments(parser)
     _add_broker_arguments(parser, required=False)
     return parser
+
+
+def _files_url(url: str | None) -> str | None:
+    """A configured files URL, checked before anything starts."""
+    from firstgate.locales.localized_error import LocalizedError
+    from firstgate.serve.file_links import FilesUrlError, files_base_url
+    from firstgate.store.postgres import redact_url
+
+    if not url:
+        return None
+    try:
+        return files_base_url(url, "", 0)
+    except FilesUrlError:
+        raise LocalizedError("serve.start.badFilesUrl", url=redact_url(url)) from None
 
 
 def _at_least_one(text: str) -> int:
@@ -207,6 +227,7 @@ def serve_main(argv: Sequence[str]) -> int:
             # Seconds of silence before a `ping` event (Dify's 10); tests shorten it.
             ping_interval=float(os.environ.get("FIRSTGATE_SSE_PING_S", "10")),
             distributed=distributed,
+            files_url=_files_url(args.files_url or os.environ.get("FIRSTGATE_FILES_URL")),
             connections=ConnectionLimits(
                 idle_s=args.keepalive_timeout,
                 header_s=args.header_timeout,

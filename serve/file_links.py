@@ -14,9 +14,69 @@ import hmac
 import os
 import secrets
 import time
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 FILES_ACCESS_TIMEOUT_S = 300
+
+# Types a browser shows without running anything of the file's: served inline.
+# Everything else (HTML, SVG, XML, JavaScript, anything unknown) is served as an
+# attachment, and every file under a sandboxing CSP, so an uploaded page or
+# image never runs script on the origin where API keys are typed.
+INLINE_TYPES = frozenset(
+    {
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+        "image/bmp",
+        "application/pdf",
+        "text/plain",
+        "text/csv",
+        "text/markdown",
+        "audio/mpeg",
+        "audio/wav",
+        "audio/ogg",
+        "video/mp4",
+        "video/webm",
+    }
+)
+
+
+def preview_headers(mime_type: str) -> dict[str, str]:
+    """The headers a served file goes out with."""
+    kind = mime_type.split(";", 1)[0].strip().lower()
+    return {
+        "Content-Disposition": "inline" if kind in INLINE_TYPES else "attachment",
+        "Content-Security-Policy": "sandbox; default-src 'none'; img-src 'self'; media-src 'self'",
+        "X-Content-Type-Options": "nosniff",
+    }
+
+
+class FilesUrlError(ValueError):
+    """A files URL that is not a plain http(s) origin (with an optional path)."""
+
+
+def files_base_url(configured: str | None, host: str, port: int) -> str:
+    """Where links point: the configured URL (Dify's FILES_URL), else the address
+    the server listens on (a wildcard address as loopback). Never a request's
+    `Host` header, which the client chooses."""
+    if configured:
+        parts = urlsplit(configured)
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.username
+            or parts.password
+            or parts.query
+            or parts.fragment
+        ):
+            raise FilesUrlError(configured)
+        return configured.rstrip("/")
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 class FileLinks:

@@ -36,7 +36,7 @@ from firstgate.serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
 from firstgate.serve.apps import AppDirectory, load_directory
 from firstgate.serve.connection_limits import ConnectionLimits
 from firstgate.serve.distributed.settings import DistributedSettings
-from firstgate.serve.file_links import FileLinks
+from firstgate.serve.file_links import FileLinks, files_base_url
 from firstgate.serve.launch import Launcher
 from firstgate.serve.runs import RunManager, Runs
 from firstgate.store import open_store
@@ -66,6 +66,8 @@ class ServeConfig:
     # Runs on Celery workers (`--broker`); None: in this process.
     distributed: DistributedSettings | None = None
     connections: ConnectionLimits = ConnectionLimits()
+    # Where file links point (Dify's FILES_URL); None: the address served on.
+    files_url: str | None = None
 
 
 def raise_open_file_limit() -> None:
@@ -170,6 +172,7 @@ def build_service(
             ping_interval=config.ping_interval,
             links=launcher.links,
             code_executor=launcher.code_executor,
+            files_url=config.files_url or "",
         )
     except BaseException:
         resources.close()
@@ -222,6 +225,7 @@ def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None)
     )
     server.start()
     host, port = server.address[:2]
+    service.context.files_url = files_base_url(config.files_url, config.host, port)
     print(t("serve.start.listening", config.locale, url=f"http://{host}:{port}/"), flush=True)
     stopping = gevent.event.Event()
 

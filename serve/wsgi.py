@@ -4,7 +4,7 @@
 
 Settings come from the environment: `FIRSTGATE_APPS_DIR` (required),
 `FIRSTGATE_MODELS` (the settings file), `FIRSTGATE_DATABASE_URL` or
-`FIRSTGATE_STATE`, `FIRSTGATE_UPLOADS`, `FIRSTGATE_GRACE`. One worker
+`FIRSTGATE_STATE`, `FIRSTGATE_UPLOADS`, `FIRSTGATE_GRACE`, `FIRSTGATE_FILES_URL`. One worker
 process: runs and their stop requests live in the process that started them.
 With `FIRSTGATE_BROKER` (and the other settings of `serve --broker`, see
 `serve.distributed.settings.settings_from_env`) runs execute on `firstgate
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from firstgate.runtime.settings import load_settings
 from firstgate.serve.distributed.settings import require_shared_store, settings_from_env
+from firstgate.serve.file_links import files_base_url
 from firstgate.serve.server import DEFAULT_GRACE_S, ServeConfig, Service, build_service, report_apps
 
 SERVICE: Service | None = None
@@ -37,7 +38,16 @@ def config_from_env() -> ServeConfig:
         uploads_dir=Path(uploads) if uploads else None,
         grace=float(os.environ.get("FIRSTGATE_GRACE", DEFAULT_GRACE_S)),
         distributed=distributed,
+        files_url=files_base_url(
+            os.environ.get("FIRSTGATE_FILES_URL"), *_bind(os.environ.get("FIRSTGATE_BIND", ""))
+        ),
     )
+
+
+def _bind(bind: str) -> tuple[str, int]:
+    """gunicorn's `host:port` bind (default 127.0.0.1:5001, as `gunicorn_conf`)."""
+    host, _, port = (bind or "127.0.0.1:5001").rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port) if port.isdigit() else 5001
 
 
 def application():  # type: ignore[no-untyped-def]

@@ -149,6 +149,28 @@ def test_the_wrong_route_for_the_app_is_difys_error(server: Server) -> None:
         _error(chat.put("/v1/info"), 405, "method_not_allowed")
 
 
+def test_an_uploaded_page_is_served_as_a_sandboxed_attachment(server: Server) -> None:
+    """An HTML upload (a document Dify accepts) cannot run script on this origin,
+    and its link points to the server, whatever `Host` the request named."""
+    page = b"<html><script>fetch('/v1/conversations')</script></html>"
+    with server.key_client("story") as http:
+        upload = http.post(
+            "/v1/files/upload",
+            files={"file": ("page.html", page, "text/html")},
+            data={"user": "u"},
+        ).json()
+        doc = {"transfer_method": "local_file", "upload_file_id": upload["id"], "type": "document"}
+        body = {"inputs": {"topic": "x", "doc": doc}, "user": "u", "response_mode": "blocking"}
+        reply = http.post("/v1/workflows/run", json=body, headers={"Host": "evil.example"})
+    url = reply.json()["data"]["outputs"]["doc"]["url"]
+    assert url.startswith(server.url + "/files/"), url
+    served = httpx.get(url)
+    assert served.content == page
+    assert served.headers["content-disposition"] == "attachment"
+    assert served.headers["content-security-policy"].startswith("sandbox")
+    assert served.headers["x-content-type-options"] == "nosniff"
+
+
 def test_uploads_of_the_wrong_type_size_or_count(server: Server) -> None:
     with server.key_client("story") as http:
         _error(http.post("/v1/files/upload", data={"user": "u"}), 400, "no_file_uploaded")

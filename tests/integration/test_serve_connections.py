@@ -107,3 +107,23 @@ def test_bad_connection_settings_are_refused(tmp_path: Path) -> None:
         )
         assert done.returncode == 2
         assert flag in done.stderr and value in done.stderr
+
+
+def test_a_files_url_with_credentials_is_refused_without_showing_them(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "firstgate.serve.cli",
+            "serve",
+            str(tmp_path),
+            "--files-url",
+            "https://files:hunter2@files.example/",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--files-url" in done.stderr and "files.example" in done.stderr
+    assert "hunter2" not in done.stderr + done.stdout
