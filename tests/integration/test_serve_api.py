@@ -47,10 +47,13 @@ def _events(response: httpx.Response) -> Iterator[dict | str]:
         buffer += text
         while "\n\n" in buffer:
             frame, buffer = buffer.split("\n\n", 1)
-            if frame.startswith("event: ping"):
+            lines = frame.split("\n")
+            if "event: ping" in lines:
                 yield "ping"
-            elif frame.startswith("data: "):
-                yield json.loads(frame[6:])
+                continue
+            data = [line[6:] for line in lines if line.startswith("data: ")]
+            if data:
+                yield json.loads("\n".join(data))
     assert buffer == "", f"the stream ended inside a frame: {buffer!r}"
 
 
