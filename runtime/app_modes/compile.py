@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from firstgate.locales import t
 from firstgate.nodes.config import DslModel
 from firstgate.runtime.app_modes.model_config import (
     EASY_MODES,
@@ -107,7 +108,7 @@ def compile_document(
         features=features,
     )
     for name in easy.ignored:
-        log.warning("%s: %s is not served here; the app runs without it", document.app.name, name)
+        log.warning(t("dsl.app.ignoredFeature", app=document.app.name, feature=name))
     return {
         "version": str(document.version or ""),
         "kind": "app",

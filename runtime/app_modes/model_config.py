@@ -3,8 +3,8 @@
 
 Unknown keys are ignored, as Dify ignores them; a value of the wrong type is
 a located problem (`model_config.<field>`), as for a node's fields. Features
-that cannot run here are refused by name (`refusals`), or ignored where Dify
-also runs without them (`ignored`).
+that cannot run here are refused by name (`unsupported`), or ignored where
+Dify also runs without them (`ignored`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,13 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 EASY_MODES = ("chat", "agent-chat", "completion")
 INPUT_TYPES = ("text-input", "paragraph", "select", "number", "checkbox", "file", "file-list")
+
+
+def unsupported(feature: str) -> Exception:
+    """A feature that changes what the app answers and cannot run here: refused by name."""
+    return dsl_error(
+        "dsl.app.unsupportedFeature", "the feature {feature} cannot run here", feature=feature
+    )
 
 
 def _none_is_default(value: Any) -> Any:
@@ -162,6 +169,13 @@ class SensitiveWordAvoidance(DslModel):
     def _empty(cls, value: Any) -> Any:
         return _none_is_default(value)
 
+    @model_validator(mode="after")
+    def _runs_here(self) -> SensitiveWordAvoidance:
+        # Moderation through an API or OpenAI's model would change what the app answers.
+        if self.enabled and self.type != "keywords":
+            raise unsupported(f"sensitive_word_avoidance ({self.type or 'no type'})")
+        return self
+
     @property
     def keywords(self) -> list[str]:
         """Dify's keyword list: one per line, empty lines dropped, compared lower-cased."""
@@ -269,15 +283,13 @@ class ModelConfigSection(DslModel):
                     )
         return form
 
-    @model_validator(mode="after")
-    def _runs_here(self) -> ModelConfigSection:
-        for name in refusals(self):
-            raise dsl_error(
-                "dsl.app.unsupportedFeature",
-                "the feature {feature} cannot run here",
-                feature=name,
-            )
-        return self
+    @field_validator("external_data_tools")
+    @classmethod
+    def _no_external_data(cls, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # They fill inputs from an API a Dify workspace defines: not in the export.
+        if any(t.get("enabled", True) for t in tools):
+            raise unsupported("external_data_tools")
+        return tools
 
     @property
     def datasets(self) -> list[str]:
@@ -289,19 +301,6 @@ class ModelConfigSection(DslModel):
     @property
     def tools(self) -> list[AgentTool]:
         return [t for t in self.agent_mode.tools if t.dataset is None and t.enabled]
-
-
-def refusals(config: ModelConfigSection) -> list[str]:
-    """Features that change what the app answers and cannot run here: refused by name."""
-    found: list[str] = []
-    if config.external_data_tools and any(
-        isinstance(t, dict) and t.get("enabled", True) for t in config.external_data_tools
-    ):
-        found.append("external_data_tools")
-    moderation = config.sensitive_word_avoidance
-    if moderation.enabled and moderation.type != "keywords":
-        found.append(f"sensitive_word_avoidance ({moderation.type or 'no type'})")
-    return found
 
 
 def ignored(config: ModelConfigSection) -> list[str]:
