@@ -234,7 +234,8 @@ class _Builder:
             f"Keywords in the {where}",
             template=template,
             variables=[
-                {"variable": n, "value_selector": list(s)} for n, s in zip(names, texts, strict=True)
+                {"variable": n, "value_selector": list(s)}
+                for n, s in zip(names, texts, strict=True)
             ],
         )
         branch = self._add(

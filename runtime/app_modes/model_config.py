@@ -216,9 +216,7 @@ class ModelConfigSection(DslModel):
     prompt_type: Literal["simple", "advanced"] = "simple"
     pre_prompt: str = ""
     chat_prompt_config: ChatPromptConfig = Field(default_factory=ChatPromptConfig)
-    completion_prompt_config: CompletionPromptConfig = Field(
-        default_factory=CompletionPromptConfig
-    )
+    completion_prompt_config: CompletionPromptConfig = Field(default_factory=CompletionPromptConfig)
     user_input_form: list[dict[str, dict[str, Any]]] = Field(default_factory=list)
     dataset_configs: DatasetConfigs = Field(default_factory=DatasetConfigs)
     dataset_query_variable: str = ""
@@ -228,9 +226,7 @@ class ModelConfigSection(DslModel):
     suggested_questions: list[str] = Field(default_factory=list)
     suggested_questions_after_answer: Toggle = Field(default_factory=Toggle)
     more_like_this: Toggle = Field(default_factory=Toggle)
-    sensitive_word_avoidance: SensitiveWordAvoidance = Field(
-        default_factory=SensitiveWordAvoidance
-    )
+    sensitive_word_avoidance: SensitiveWordAvoidance = Field(default_factory=SensitiveWordAvoidance)
     file_upload: FileUpload = Field(default_factory=FileUpload)
     speech_to_text: Toggle = Field(default_factory=Toggle)
     text_to_speech: TextToSpeech = Field(default_factory=TextToSpeech)
@@ -257,9 +253,7 @@ class ModelConfigSection(DslModel):
         # The editor writes `{}` or null for a block it never configured.
         return _none_is_default(value)
 
-    @field_validator(
-        "user_input_form", "suggested_questions", "external_data_tools", mode="before"
-    )
+    @field_validator("user_input_form", "suggested_questions", "external_data_tools", mode="before")
     @classmethod
     def _null_lists(cls, value: Any) -> Any:
         return [] if value is None else value

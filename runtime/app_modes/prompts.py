@@ -66,7 +66,9 @@ class Prompt:
 
 def variables_of(config: ModelConfigSection) -> set[str]:
     """The inputs the app's form declares."""
-    names = (str(spec.get("variable", "")) for item in config.user_input_form for spec in item.values())
+    names = (
+        str(spec.get("variable", "")) for item in config.user_input_form for spec in item.values()
+    )
     return {name for name in names if name}
 
 

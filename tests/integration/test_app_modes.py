@@ -118,8 +118,9 @@ def test_chat_app_prompt_memory_and_retriever_resources(tmp_path: Path, index: P
     system, user = messages(server.requests[0])
     # Dify's simple chat prompt: the context block, then the pre-prompt with its inputs.
     assert system["role"] == "system"
-    assert "<context>\nIn winter the Canary Islands are warm and sunny.\n</context>" in (
-        system["content"]
+    assert (
+        "<context>\nIn winter the Canary Islands are warm and sunny.\n</context>"
+        in (system["content"])
     )
     assert system["content"].endswith(
         "You are a travel helper for Ada, who travels in winter with 2 people.\n"

@@ -133,7 +133,9 @@ def test_an_agent_chat_app_answers_on_chat_messages(server: Server) -> None:
 def test_a_completion_app_blocking_and_streaming(server: Server) -> None:
     body = {"inputs": {"product": "blue mug", "words": 20}, "user": "ada"}
     with client(server, "easy_completion") as writer:
-        blocking = writer.post("/v1/completion-messages", json={**body, "response_mode": "blocking"})
+        blocking = writer.post(
+            "/v1/completion-messages", json={**body, "response_mode": "blocking"}
+        )
         assert blocking.status_code == 200, blocking.text
         doc = blocking.json()
         assert set(doc) == {
@@ -186,5 +188,7 @@ def test_a_completion_can_be_stopped(server: Server) -> None:
         assert time.monotonic() - started < 5
         assert rest[-1]["event"] == "message_end"
         with client(server, "easy_chat") as chat:
-            wrong = chat.post(f"/v1/completion-messages/{first['task_id']}/stop", json={"user": "a"})
+            wrong = chat.post(
+                f"/v1/completion-messages/{first['task_id']}/stop", json={"user": "a"}
+            )
             assert wrong.status_code == 400 and wrong.json()["code"] == "app_unavailable"
