@@ -72,8 +72,9 @@ def client(server: Server, stem: str) -> httpx.Client:
 def frames(response: httpx.Response) -> list[dict]:
     found = []
     for block in response.text.split("\n\n"):
-        if block.startswith("data: "):
-            found.append(json.loads(block[6:]))
+        for text in block.split("\n"):  # a chat stream's frames carry an `id:` line first
+            if text.startswith("data: "):
+                found.append(json.loads(text[6:]))
     return found
 
 
