@@ -29,6 +29,7 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.code_node", ["--calls=300", "--spawns=50"], True),
     ("bench.template_render", ["--renders=20000", "--isolated=200"], False),
     ("bench.validate", ["--repeat=5"], False),
+    ("bench.app_modes", ["--turns=200", "--repeat=5"], False),
 ]
 QUICK = {
     "bench.deadline": ["--trials=10"],
@@ -44,6 +45,7 @@ QUICK = {
     "bench.code_node": ["--calls=30", "--spawns=5"],
     "bench.template_render": ["--renders=2000", "--isolated=20"],
     "bench.validate": ["--sizes=1000,10000", "--repeat=1", "--parse-nodes=400"],
+    "bench.app_modes": ["--turns=20", "--repeat=1"],
 }
 
 

@@ -184,6 +184,8 @@ class NodeResult:
     updates: Mapping[Selector, Any] = field(default_factory=dict)
     # Ends the enclosing loop after this round (loop-end).
     breaks: bool = False
+    # The knowledge the node answered from (`message_end`'s retriever resources).
+    retriever_resources: tuple[Mapping[str, Any], ...] = ()
 
 
 # ---- containers (iteration, loop): what they tell the engine, round by round

@@ -19,6 +19,7 @@ from firstgate.nodes.llm_prompt import (
     shown_prompt,
 )
 from firstgate.nodes.model_call import Invocation, ModelConfig, call_model, move_legacy_gate_params
+from firstgate.nodes.retriever_resources import from_context
 from firstgate.nodes.selectors import Selector
 from firstgate.nodes.structured_output import parse_and_validate, schema_problem
 from firstgate.plugin_daemon_client.invoke import ModelRequest
@@ -142,9 +143,11 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     }
     if schema is not None:
         outputs["structured_output"] = parse_and_validate(schema, reply.text)
+    context = data.context.selector
     return NodeResult(
         outputs=outputs,
         usage=usage,
+        retriever_resources=from_context(ctx.variables.get(context)) if context else (),
         process_data={
             "model_mode": data.model.mode,
             "model_provider": data.model.provider,

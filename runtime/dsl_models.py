@@ -176,8 +176,13 @@ class FileUpload(DslModel):
     image: ImageUpload = Field(default_factory=ImageUpload)
 
 
+class Toggle(DslModel):
+    enabled: bool = False
+
+
 class Features(DslModel):
     file_upload: FileUpload = Field(default_factory=FileUpload)
+    retriever_resource: Toggle = Field(default_factory=Toggle)
 
 
 class WorkflowSection(DslModel):

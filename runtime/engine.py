@@ -171,6 +171,7 @@ class WorkflowRun:
         self._exceptions = 0
         self._tokens = 0
         self._usage: dict[str, int] = {}
+        self._resources: list[dict[str, Any]] = []
         self._written: dict[str, Any] = {}  # conversation variables this run wrote
         self._failure: tuple[NodeDef, BaseException] | None = None
         self._stop_message: _Stop | None = None
@@ -727,6 +728,7 @@ class WorkflowRun:
             while owner is not None:  # a container counts what its rounds used
                 owner.tokens += tokens
                 owner = owner.execution.frame.owner
+        self._resources.extend(dict(r) for r in outcome.retriever_resources)
         if outcome.strategy:
             metadata["error_strategy"] = outcome.strategy
         if error is None and outcome.status is Status.CANCELLED:
@@ -901,7 +903,16 @@ class WorkflowRun:
             yield ev.ErrorEvent(message=f"Run failed: {terminal.error_message}", **self._common())
         else:
             usage = ev.llm_usage(self._usage, latency=self._elapsed())
-            yield ev.MessageEnd(answer=self.answer, usage=usage, **self._common())
+            shown = self.session.workflow.show_retriever_resources
+            resources = _positioned(self._resources) if shown else []
+            yield ev.MessageEnd(
+                answer=self.answer, usage=usage, retriever_resources=resources, **self._common()
+            )
+
+
+def _positioned(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The resources of every model call, numbered 1.. in the order they were used."""
+    return [{**r, "position": i} for i, r in enumerate(resources, start=1)]
 
 
 def new_id() -> str:

@@ -35,6 +35,7 @@ class Outcome:
     usage: Mapping[str, Any] | None = None
     updates: Mapping[Selector, Any] = field(default_factory=dict)
     breaks: bool = False  # ends the enclosing loop (NodeResult.breaks)
+    retriever_resources: tuple[Mapping[str, Any], ...] = ()
 
 
 def error_type(exc: BaseException) -> str:
@@ -108,4 +109,5 @@ def succeeded(result: NodeResult, attempt: int) -> Outcome:
         usage=result.usage,
         updates=dict(result.updates),
         breaks=result.breaks,
+        retriever_resources=result.retriever_resources,
     )

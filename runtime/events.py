@@ -595,11 +595,13 @@ class MessageEnd(Event):
     name: ClassVar[str] = "message_end"
     answer: str  # the whole streamed answer (typed events only)
     usage: dict[str, Any] = field(default_factory=dict)
+    # The knowledge the answer used, when the app shows it (`retriever_resource`).
+    retriever_resources: list[dict[str, Any]] = field(default_factory=list)
 
     def payload(self) -> dict[str, Any]:
         return {
             "id": self.run.message_id,
-            "metadata": {"usage": self.usage, "retriever_resources": []},
+            "metadata": {"usage": self.usage, "retriever_resources": self.retriever_resources},
             "files": [],
         }
 

@@ -13,6 +13,7 @@ from firstgate.nodes.config import QUOTE_LIMIT, shown
 from firstgate.nodes.jinja import counting_templates
 from firstgate.nodes.registry import KNOWN_UNSUPPORTED, NODE_TYPES
 from firstgate.runtime.ancestry import Ancestry
+from firstgate.runtime.app_modes import EasyApp, compile_document
 from firstgate.runtime.dsl_models import Document, Edge, RawNode
 from firstgate.runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
 from firstgate.runtime.problems import DslError, NodeRef, Problem, problems_from_validation
@@ -50,7 +51,9 @@ def load_workflow(
     """
     with _collector_paused():
         raw = dict(source) if isinstance(source, Mapping) else read_document(source)
-        return _Loader(raw, settings).load()
+        # An easy-mode app (chat, agent-chat, completion) becomes its graph first.
+        raw, easy = compile_document(raw, settings)
+        return _Loader(raw, settings, easy).load()
 
 
 @contextlib.contextmanager
@@ -69,8 +72,14 @@ def _collector_paused() -> Iterator[None]:
 
 
 class _Loader:
-    def __init__(self, raw: dict[str, Any], settings: RuntimeSettings | None = None) -> None:
+    def __init__(
+        self,
+        raw: dict[str, Any],
+        settings: RuntimeSettings | None = None,
+        easy: EasyApp | None = None,
+    ) -> None:
         self.raw = raw
+        self.easy = easy
         # Node models read it from the validation context (`info.context["settings"]`).
         self.context = {"settings": settings}
         self.problems: list[Problem] = []
@@ -111,6 +120,7 @@ class _Loader:
             graph=graph,
             templates=len(templates),
             loader=load_workflow,
+            easy=self.easy,
             **declarations(document),
         )
 

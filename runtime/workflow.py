@@ -29,6 +29,7 @@ from firstgate.runtime.workflow_tools import Loader, WorkflowTools
 
 if TYPE_CHECKING:
     from firstgate.nodes.base import Clients
+    from firstgate.runtime.app_modes import EasyApp
     from firstgate.runtime.dsl_models import Document, FileUpload
     from firstgate.runtime.settings import RuntimeSettings
     from firstgate.sandbox.executor import CodeExecutor
@@ -75,6 +76,10 @@ class Workflow:
     templates: int = 0
     # The loader that made this workflow: its workflow tools load theirs with it.
     loader: Loader | None = field(default=None, repr=False, compare=False)
+    # An easy-mode app (chat, agent-chat, completion) this graph was compiled from.
+    easy: EasyApp | None = None
+    # `features.retriever_resource`: the knowledge an answer used goes in `message_end`.
+    show_retriever_resources: bool = False
 
     def __post_init__(self) -> None:
         if self.templates:
@@ -83,6 +88,11 @@ class Workflow:
     @property
     def chat(self) -> bool:
         return self.mode == CHAT_MODE
+
+    @property
+    def app_mode(self) -> str:
+        """Dify's app mode: the easy mode it was compiled from, else the graph's."""
+        return self.easy.mode if self.easy is not None else self.mode
 
     @property
     def environment(self) -> dict[str, Any]:
@@ -282,6 +292,7 @@ def declarations(document: Document) -> dict[str, Any]:
             ConversationVar(v.name, v.value_type, v.default) for v in section.conversation_variables
         ],
         "file_upload": _upload_rules(upload),
+        "show_retriever_resources": section.features.retriever_resource.enabled,
         "upload_config": dict(upload.fileUploadConfig),
         "app_id": _derived_id("app", document.app.mode, document.app.name),
         "workflow_id": _derived_id("workflow", hashlib.sha256(content.encode()).hexdigest()),

@@ -21,6 +21,7 @@ from firstgate.runtime.settings import RuntimeSettings
 from firstgate.sandbox.executor import CodeExecutor
 from firstgate.serve import bodies, uploads
 from firstgate.serve.apps import App, AppDirectory
+from firstgate.serve.completion import CompletionBody, CompletionReply, not_completion_app
 from firstgate.serve.errors import (
     ApiError,
     invalid_param,
@@ -105,6 +106,12 @@ def _rules() -> Map:
             Rule("/v1/workflow/<run_id>/events", endpoint="run_events", methods=["GET"]),
             Rule("/v1/chat-messages", endpoint="chat", methods=["POST"]),
             Rule("/v1/chat-messages/<task_id>/stop", endpoint="stop_chat", methods=["POST"]),
+            Rule("/v1/completion-messages", endpoint="completion", methods=["POST"]),
+            Rule(
+                "/v1/completion-messages/<task_id>/stop",
+                endpoint="stop_completion",
+                methods=["POST"],
+            ),
             Rule("/v1/messages", endpoint="messages", methods=["GET"]),
             Rule("/v1/conversations", endpoint="conversations", methods=["GET"]),
             Rule(
@@ -299,7 +306,7 @@ class ServiceApi:
     # ---- runs
 
     def _run_workflow(self, request: Request, app: App) -> Response:
-        if app.chat:
+        if app.chat or app.completion:
             raise not_workflow_app()
         body = bodies.validate(bodies.WorkflowRunBody, bodies.parse_json(request.get_data()))
         handle = self._start(
@@ -334,6 +341,24 @@ class ServiceApi:
             return self._streaming(handle)
         return _json(chat_reply(handle, app, _wait(handle.stream)))
 
+    def _completion(self, request: Request, app: App) -> Response:
+        if not app.completion:
+            raise not_completion_app()
+        body = bodies.validate(CompletionBody, bodies.parse_json(request.get_data()))
+        handle = self._start(
+            app,
+            body.inputs,
+            body.user,
+            body.files,
+            query=None,
+            conversation=None,
+            base_url=request.host_url,
+        )
+        reply = CompletionReply(handle, app.workflow.easy)
+        if body.response_mode == "streaming":
+            return self._translated_stream(handle, reply.frames)
+        return _json(reply.blocking(_wait(handle.stream)))
+
     def _start(
         self,
         app: App,
@@ -364,14 +389,36 @@ class ServiceApi:
         # client that loses this stream resumes with the last `id` it saw.
         return self._event_stream(handle.stream.follow(self.context.ping_interval))
 
+    def _translated_stream(
+        self, handle: RunHandle, translate: Callable[[bytes], list[bytes]]
+    ) -> Response:
+        """Another app mode's events (a completion app's), unnumbered as Dify's."""
+
+        def frames() -> Iterator[bytes]:
+            for event in handle.stream.follow(self.context.ping_interval):
+                if event is None:
+                    yield PING
+                else:
+                    yield from (sse(frame) for frame in translate(event))
+
+        response = Response(frames(), mimetype="text/event-stream", direct_passthrough=True)
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Accel-Buffering"] = "no"
+        return response
+
     def _stop(self, request: Request, app: App, task_id: str) -> Response:
-        if app.chat:
+        if app.chat or app.completion:
             raise not_workflow_app()
         return self._stop_task(request, app, task_id)
 
     def _stop_chat(self, request: Request, app: App, task_id: str) -> Response:
         if not app.chat:
             raise not_chat_app()
+        return self._stop_task(request, app, task_id)
+
+    def _stop_completion(self, request: Request, app: App, task_id: str) -> Response:
+        if not app.completion:
+            raise not_completion_app()
         return self._stop_task(request, app, task_id)
 
     def _stop_task(self, request: Request, app: App, task_id: str) -> Response:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from firstgate.locales.localized_error import LocalizedError
+from firstgate.runtime.app_modes import compile_document
 from firstgate.runtime.loader import load_workflow, read_document
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.workflow import Workflow
@@ -47,11 +48,16 @@ class App:
 
     @property
     def mode(self) -> str:
-        return self.workflow.mode
+        return self.workflow.app_mode
 
     @property
     def chat(self) -> bool:
         return self.workflow.chat
+
+    @property
+    def completion(self) -> bool:
+        """A text generator (`completion`): served on /completion-messages only."""
+        return self.workflow.app_mode == "completion"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,7 @@ def load_app(path: Path, key: str, settings: RuntimeSettings | None = None) -> A
     `settings` define the api and workflow tools its tool and agent nodes use."""
     raw = read_document(path)
     workflow = load_workflow(raw, settings=settings)
+    raw, _ = compile_document(raw, settings)  # an easy-mode app's features and form
     app_section = raw.get("app", {})
     features = raw.get("workflow", {}).get("features") or {}
     return App(
