@@ -18,7 +18,7 @@ Per route, optionally:
   constants `first_token_cold_start_s`, `first_token_base_s`,
   `first_token_per_1k_s` (see `plugin_daemon_client.first_token_budget`);
 - liveness probe: `probe: auto | llama.cpp-slots | llama.cpp-metrics | vllm |
-  gate | off` (default `auto` for local and openai-compatible routes, `off`
+  sglang | tgi | gate | llama-swap | ollama | off` (default `auto` for local and openai-compatible routes, `off`
   for plugin-daemon ones) and `probe_timeout_s` (4). A probe asks only the
   route's own origin and sends the route's key only there;
 - fallback chain: `fallbacks: [route, ...]` (`fallback` is accepted too),
