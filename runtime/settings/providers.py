@@ -8,6 +8,11 @@ DSL `model.provider` is served.
       local: {kind: local}
     default: local            # for providers not listed
 
+A route named after a Dify provider may leave out `kind` and `base_url` where
+the provider implies them (`runtime.settings.provider_defaults`):
+`langgenius/anthropic/anthropic: {api_key_env: ANTHROPIC_API_KEY}` is a whole
+route.
+
 Credentials come only from the environment variables named by `api_key_env`.
 With no settings file every provider is served by the embedded llama-server.
 
@@ -47,7 +52,8 @@ from firstgate.plugin_daemon_client.fallback import (
 from firstgate.plugin_daemon_client.first_token_budget import ROUTE_KEYS
 from firstgate.plugin_daemon_client.probes import ProbeKind
 from firstgate.plugin_daemon_client.protocols import PROTOCOLS
-from pydantic import BeforeValidator, Field, model_validator
+from firstgate.runtime.settings.provider_defaults import MISSING_KIND_MARK, with_defaults
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 # The embedded llama-server (an OpenAI-compatible route the runtime starts).
@@ -141,6 +147,20 @@ class ProviderRoute(DslModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _implied_kind_known(cls, raw: Any) -> Any:
+        # The provider's name implied a kind this build does not register yet
+        # (`runtime.settings.provider_defaults`).
+        if isinstance(raw, dict) and MISSING_KIND_MARK in raw:
+            raise dsl_error(
+                "dsl.models.impliedKind",
+                "provider {provider} implies kind {kind}, which this version does not have; "
+                "set kind and base_url",
+                **raw[MISSING_KIND_MARK],
+            )
+        return raw
+
+    @model_validator(mode="before")
+    @classmethod
     def _fallback_alias(cls, raw: Any) -> Any:
         # `fallback` (singular, or a single name) is accepted; `fallbacks` wins.
         if isinstance(raw, dict) and "fallback" in raw and "fallbacks" not in raw:
@@ -219,6 +239,14 @@ class ProvidersSection(DslModel):
     providers: dict[str, ProviderRoute] = Field(default_factory=dict)
     default: str | None = None
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _provider_defaults(cls, raw: Any) -> Any:
+        """Dify's provider names imply their kind and base_url where a route is silent."""
+        if not isinstance(raw, dict):
+            return raw
+        return {name: with_defaults(str(name), route, KINDS) for name, route in raw.items()}
 
     @model_validator(mode="after")
     def _default_exists(self) -> ProvidersSection:
