@@ -18,6 +18,8 @@ With no settings file every provider is served by the embedded llama-server.
 
 Per route, optionally:
 
+- `max_prompt_bytes`: the largest LLM prompt a node builds for it (UTF-8
+  bytes, default 32 MiB), checked while the prompt is built;
 - first-token budget: `first_token_timeout_s` (a number pins it, 0 disables,
   "auto"/empty: the formula), `first_token_ceiling_s`, and the formula's
   constants `first_token_cold_start_s`, `first_token_base_s`,
@@ -122,6 +124,8 @@ class ProviderRoute(DslModel):
     base_url: str | None = None
     # The reply's size on the wire; None: the client's default (64 MiB).
     max_reply_bytes: Annotated[int, between(1024, 1 << 40)] | None = None
+    # The largest LLM prompt built for this route (UTF-8 bytes); None: 32 MiB.
+    max_prompt_bytes: Annotated[int, between(1024, 1 << 40)] | None = None
     api_key_env: str | None = None
     tenant_id: str | None = None
     plugin_id: str | None = None
