@@ -70,12 +70,8 @@ _BY_SHORT_NAME = {name.rsplit("/", 1)[1]: spec for name, spec in PROVIDER_DEFAUL
 
 def defaults_for(route_name: str) -> ProviderDefaults | None:
     """What the provider a route is named after implies, if it is in the table."""
-    spec = PROVIDER_DEFAULTS.get(route_name)
-    if spec is not None:
-        return spec
-    if "/" in route_name:
-        return None  # another plugin's full id: its short name is no match
-    return _BY_SHORT_NAME.get(route_name)
+    # Another plugin's full id (`acme/openai/openai`) is in neither table.
+    return PROVIDER_DEFAULTS.get(route_name) or _BY_SHORT_NAME.get(route_name)
 
 
 # Set on a route's raw mapping when its kind came from the table but is not

@@ -74,6 +74,13 @@ def test_what_a_route_writes_wins(tmp_path: Path) -> None:
     assert (daemon.kind, daemon.base_url) == ("plugin-daemon", "http://d:5002")
 
 
+def test_another_kind_gets_no_implied_base_url(tmp_path: Path) -> None:
+    # A daemon route named after OpenAI must not be sent to api.openai.com.
+    path = write(tmp_path, "providers:\n  openai: {kind: plugin-daemon, tenant_id: t}\n")
+    (line,) = problems(path)
+    assert "providers.openai" in line and "base_url is required for kind plugin-daemon" in line
+
+
 def test_a_route_the_provider_does_not_complete_is_a_located_problem(tmp_path: Path) -> None:
     path = write(
         tmp_path,
