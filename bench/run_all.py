@@ -19,6 +19,7 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.deadline", ["--trials=50"], True),
     ("bench.cancel", ["--trials=50"], True),
     ("bench.throughput", ["--frames=100000", "--rounds=3"], True),
+    ("bench.long_prompt", ["--chars=600000", "--rounds=15"], True),
     ("bench.concurrency", ["--streams=1000", "--shards=16"], False),  # always gevent
     ("bench.engine", ["--repeat=5"], False),
     ("bench.ttft", ["--runs=31"], False),
@@ -35,6 +36,7 @@ QUICK = {
     "bench.deadline": ["--trials=10"],
     "bench.cancel": ["--trials=10"],
     "bench.throughput": ["--frames=20000", "--rounds=1"],
+    "bench.long_prompt": ["--rounds=3"],
     "bench.concurrency": ["--streams=200", "--shards=4"],
     "bench.engine": ["--repeat=1"],
     "bench.ttft": ["--runs=3"],

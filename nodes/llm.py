@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from firstgate.nodes.base import Needs, NodeContext, NodeResult
+from firstgate.nodes.base import Needs, NodeContext, NodeResult, RouteTarget
 from firstgate.nodes.config import BaseNodeData, DslModel, dsl_error
 from firstgate.nodes.llm_prompt import (
     ContextConfig,
     MemoryConfig,
+    PromptBudget,
     PromptConfig,
     PromptMessage,
     VisionConfig,
@@ -18,7 +19,13 @@ from firstgate.nodes.llm_prompt import (
     prompt_selectors,
     shown_prompt,
 )
-from firstgate.nodes.model_call import Invocation, ModelConfig, call_model, move_legacy_gate_params
+from firstgate.nodes.model_call import (
+    Invocation,
+    ModelConfig,
+    call_model,
+    move_legacy_gate_params,
+    route_plan,
+)
 from firstgate.nodes.retriever_resources import from_context
 from firstgate.nodes.selectors import Selector
 from firstgate.nodes.structured_output import parse_and_validate, schema_problem
@@ -103,7 +110,12 @@ def needs(data: Data) -> Needs:
     return Needs(model_providers=frozenset({data.model.provider}), streams=frozenset({"text"}))
 
 
-def messages_for(data: Data, ctx: NodeContext) -> list[dict[str, Any]]:
+def messages_for(
+    data: Data, ctx: NodeContext, target: RouteTarget | None = None
+) -> list[dict[str, Any]]:
+    """The prompt, built against `target`'s `max_prompt_bytes` (the route that
+    will get it; without one the default bound)."""
+    budget = PromptBudget(target.max_prompt_bytes, target.name) if target is not None else None
     return build_messages(
         data.messages,
         completion=data.model.mode == "completion",
@@ -116,11 +128,13 @@ def messages_for(data: Data, ctx: NodeContext) -> list[dict[str, Any]]:
         vision=data.vision,
         executor=ctx.code_executor,
         cancel=ctx.cancel,
+        budget=budget,
     )
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
-    messages = messages_for(data, ctx)
+    plan = route_plan(ctx, data.model.provider)
+    messages = messages_for(data, ctx, plan.primary)
     parameters, stop = data.model.parameters()
     schema = data.output_schema
     request = ModelRequest(
@@ -134,7 +148,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
         schema_in_prompt=True,
         budgets=data.invocation.budgets(),
     )
-    reply = call_model(ctx, data.model.provider, request, stream_text=True)
+    reply = call_model(ctx, data.model.provider, request, stream_text=True, plan=plan)
     usage = reply.usage_dict()
     outputs: dict[str, Any] = {
         "text": reply.text,

@@ -6,6 +6,14 @@ completion models) and the user's query (`query_prompt_template`, by default
 With `vision` on, image files (`sys.files`, or the files the vision selector
 names) go with the last user message as OpenAI-style `image_url` parts; a local
 image travels as a data URI.
+
+A prompt has no character cap (Dify puts none on it; the 400,000-character
+cap of `nodes.rendering` is its template-transform limit): it is built
+against its route's `max_prompt_bytes` (`PromptBudget`, UTF-8 bytes of the
+text, 32 MiB unless the settings say otherwise), charged piece by piece while
+it is built, so a prompt past the bound fails after holding about the bound,
+not the whole. A Jinja2 message is a template's output and keeps the
+template cap.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import base64
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.base import ChatTurn, NodeRunError, VariableReader
 from firstgate.nodes.config import DslModel, OptionalSelector, SelectorField, between
 from firstgate.nodes.files import DEFAULT_SIZE_LIMITS, File, FileType
@@ -21,6 +30,7 @@ from firstgate.nodes.jinja import checked_template, render_jinja
 from firstgate.nodes.rendering import TextBudget
 from firstgate.nodes.selectors import Selector, template_selectors
 from firstgate.nodes.values import as_text, render_text
+from firstgate.plugin_daemon_client.plan import DEFAULT_MAX_PROMPT_BYTES
 from pydantic import Field, model_validator
 
 if TYPE_CHECKING:
@@ -31,6 +41,35 @@ HISTORIES_PLACEHOLDERS = ("{{#histories#}}", "#histories#")
 DEFAULT_QUERY = "{{#sys.query#}}"
 # Dify reads at most this many earlier turns when the window is off.
 UNWINDOWED_TURNS = 500
+
+
+class PromptTooLargeError(LocalizedError):
+    """An LLM prompt would pass its route's `max_prompt_bytes`."""
+
+    message_key = "errors.llm.promptTooLarge"
+
+
+class PromptBudget(TextBudget):
+    """The bytes of one prompt (all its messages) against its route's bound."""
+
+    __slots__ = ("route",)
+
+    def __init__(self, limit: int, route: str) -> None:
+        super().__init__(limit)
+        self.route = route
+
+    def charge_text(self, piece: str) -> None:
+        self.charge(len(piece) if piece.isascii() else _utf8_len(piece))
+
+    def charge(self, characters: int) -> None:
+        # Here the unit is bytes: `charge_text` counts them.
+        self.size += characters
+        if self.size > self.limit:
+            raise PromptTooLargeError(limit=self.limit, route=self.route, size=self.size)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 class PromptMessage(DslModel):
@@ -176,30 +215,33 @@ def build_messages(
     vision: VisionConfig | None = None,
     executor: CodeExecutor | None = None,
     cancel: Cancellable | None = None,
+    budget: TextBudget | None = None,
 ) -> list[dict[str, Any]]:
     """The messages sent to the model. `in_chat`: the run has a conversation
     (Dify gives an LLM node memory only then). Jinja2 messages that need it
-    render in the code sandbox (`executor`)."""
+    render in the code sandbox (`executor`). `budget`: the route's
+    `PromptBudget` (default: the default bound, no route named)."""
     context_text = ""
     if context.selector:
         context_text = _context_text(variables.get(context.selector))
     jinja_values = {v.variable: variables.get(v.value_selector) for v in config.jinja2_variables}
-    # One cap for the whole prompt (`nodes.rendering`). The context goes in as
-    # text: a retrieved document that contains `{{#env.SECRET#}}` is not a
-    # template and pulls no variables in.
-    budget = TextBudget()
+    # One bound for the whole prompt, checked while it is built. The context
+    # goes in as text: a retrieved document that contains `{{#env.SECRET#}}` is
+    # not a template and pulls no variables in.
+    if budget is None:
+        budget = PromptBudget(DEFAULT_MAX_PROMPT_BYTES, "")
     rendered: list[dict[str, str]] = []
     for message in messages:
         if message.edition_type == "jinja2":
             content = render_jinja(
                 message.jinja2_text or "", jinja_values, executor=executor, cancel=cancel
             )
-            budget.charge(len(content))
+            budget.charge_text(content)
         else:
             pieces: list[str] = []
             for index, part in enumerate(message.text.split(CONTEXT_PLACEHOLDER)):
                 if index:
-                    budget.charge(len(context_text))
+                    budget.charge_text(context_text)
                     pieces.append(context_text)
                 pieces.append(render_text(part, variables, budget))
             content = "".join(pieces)
@@ -209,9 +251,14 @@ def build_messages(
         assert memory is not None
         query = render_text(memory.query, variables, budget)
         if completion:
-            _merge_completion_memory(rendered, history_text(history, memory), query)
+            histories = history_text(history, memory)
+            budget.charge_text(histories)
+            _merge_completion_memory(rendered, histories, query)
         else:
-            rendered.extend(_history_messages(history, memory.turns))
+            earlier = _history_messages(history, memory.turns)
+            for turn in earlier:
+                budget.charge_text(turn["content"])
+            rendered.extend(earlier)
             rendered.append({"role": "user", "content": query})
     kept: list[dict[str, Any]] = [m for m in rendered if m["content"].strip()]
     if vision is not None and vision.enabled:

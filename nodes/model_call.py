@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from firstgate.nodes.base import NodeContext, NodeRunError, plan_for
+from firstgate.nodes.base import NodeContext, NodeRunError, RoutePlan, plan_for
 from firstgate.nodes.config import DslModel, Milliseconds, dsl_error, shown
 from firstgate.nodes.llm_prompt import MemoryConfig, history_text
 from firstgate.plugin_daemon_client.durations import DurationError, parse_duration
@@ -110,13 +110,27 @@ def sinks(ctx: NodeContext, *, stream_text: bool) -> Sinks:
     return Sinks(wait=ctx.emit_wait, fallback=ctx.emit_fallback, cancel=ctx.cancel)
 
 
-def call_model(
-    ctx: NodeContext, provider: str, request: ModelRequest, *, stream_text: bool
-) -> ModelReply:
-    """`request` through the invoke path, along the route plan of `provider`."""
+def route_plan(ctx: NodeContext, provider: str) -> RoutePlan:
+    """The route plan of `provider` (take it once per call: a plan carries the
+    route's configuration warnings the first time it is handed out)."""
     if ctx.clients is None:
         raise NodeRunError("dsl.node.noModelRoute")
-    return invoke(plan_for(ctx.clients, provider), request, sinks(ctx, stream_text=stream_text))
+    return plan_for(ctx.clients, provider)
+
+
+def call_model(
+    ctx: NodeContext,
+    provider: str,
+    request: ModelRequest,
+    *,
+    stream_text: bool,
+    plan: RoutePlan | None = None,
+) -> ModelReply:
+    """`request` through the invoke path, along the route plan of `provider`
+    (`plan`, when the caller already took it)."""
+    if plan is None:
+        plan = route_plan(ctx, provider)
+    return invoke(plan, request, sinks(ctx, stream_text=stream_text))
 
 
 def memory_text(memory: MemoryConfig | None, ctx: NodeContext) -> str:

@@ -10,6 +10,9 @@ before it is counted, so the most a render holds is the cap plus one value
 
 The cap is Dify's limit for a template's output (`TEMPLATE_TRANSFORM_MAX_LENGTH`,
 400,000 characters); `FIRSTGATE_MAX_RENDERED_CHARS` changes it for the process.
+Dify puts no such cap on an LLM prompt: that one is built against its route's
+`max_prompt_bytes` instead (`nodes.llm_prompt.PromptBudget`, a `TextBudget`
+that counts UTF-8 bytes).
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ class TextBudget:
         if self.size > self.limit:
             raise too_long(self.size, self.limit)
 
+    def charge_text(self, piece: str) -> None:
+        """Charges `piece` (a budget of another unit, e.g. an LLM prompt's bytes, counts it so)."""
+        self.charge(len(piece))
+
 
 class TextBuilder:
     """A text built piece by piece, each piece charged to a budget before it is kept."""
@@ -68,7 +75,7 @@ class TextBuilder:
 
     def add(self, piece: str) -> None:
         """Appends `piece`; raises RenderedTooLongError instead of passing the cap."""
-        self.budget.charge(len(piece))
+        self.budget.charge_text(piece)
         self._parts.append(piece)
 
     def text(self) -> str:

@@ -38,6 +38,11 @@ class ClientProvider(Protocol):
         ...
 
 
+# An LLM prompt's bound per route unless its settings say otherwise: room for
+# today's million-token context windows, checked while the prompt is built.
+DEFAULT_MAX_PROMPT_BYTES = 32 * 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class RouteTarget:
     """One model route as a model call sees it: where to send, how to watch it."""
@@ -52,6 +57,8 @@ class RouteTarget:
     # The server takes a JSON schema as the response format (llama-server turns
     # it into a grammar); otherwise the schema goes into the prompt.
     json_schema: bool = True
+    # The largest LLM prompt (UTF-8 bytes of its text) a node builds for this route.
+    max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES
 
 
 @dataclass(frozen=True, slots=True)

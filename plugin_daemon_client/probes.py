@@ -27,9 +27,39 @@ Endpoints understood:
 | `llama.cpp-slots` | `GET /slots` | a slot has `is_processing: true` | a non-empty list, none processing |
 | `llama.cpp-metrics` | `GET /metrics` | `llamacpp:requests_processing` (+ `requests_deferred`) > 0 | both 0 |
 | `vllm` | `GET /metrics` | `vllm:num_requests_running` + `vllm:num_requests_waiting` > 0 | sum 0 |
+| `sglang` | `GET /metrics` | `sglang:num_running_reqs` + `sglang:num_queue_reqs` > 0 (every rank summed) | sum 0 |
+| `tgi` | `GET /metrics` | `tgi_batch_current_size` + `tgi_queue_size` > 0 | sum 0 |
 | `gate` | `GET /_gate/status` | any active generation, for any model | count 0 and an empty list |
+| `llama-swap` | `GET /running` | a model `starting`, `ready` or `stopping` | never (see below) |
+| `ollama` | `GET /api/ps`, twice | a model whose reported expiry moves with the clock | never (see below) |
 
-`auto` tries them in that order and sticks to the first that gives a signal.
+For the Prometheus pages the "running" gauge is required (without it the page
+is another server's) and the queue gauge optional.
+
+`llama-swap` never says idle. An empty `/running` is not a statement that
+nothing runs: llama-swap before its routing rewrite (2026) lists only
+`ready` processes, so a model being loaded from cold (the minutes this gate
+exists for) is absent, and a peer model (served by another llama-swap) is
+never listed. A model `starting` or `ready` (any model: on a shared GPU ours
+waits behind it or is being loaded) or `stopping` (evicted to make room) is
+busy. llama-swap does not say whether a `ready` model is working on our
+request: busy holds the wait up to the ceiling, as for any busy answer.
+
+`ollama` never says idle, and says busy only when it can tell. Ollama has no
+endpoint that reports work in progress; `/api/ps` lists the models it holds
+in memory. While a model has not yet gone idle since it was loaded (it is
+being loaded, or has had a request in flight ever since), Ollama reports its
+expiry as "now + keep-alive", computed on each call; once a model has gone
+idle its expiry is a fixed time. So the probe asks twice, 0.2 s apart: an
+expiry that moved is a model being loaded or still on its first work ->
+busy. Everything else is no signal: a resident model with a fixed expiry may
+be serving a later request or be idle (Ollama does not say), an empty list
+may hide a request waiting for memory or the start of a load, and Ollama
+releases `/api/ps` only after a load completes (since its scheduler snapshot
+of 2026), so a probe during such a load times out, which is no signal.
+
+`auto` tries them in the table's order (one `/metrics` fetch serves all four
+readers of it) and sticks to the first that gives a signal.
 """
 
 from __future__ import annotations
@@ -38,6 +68,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Literal, get_args
 from urllib.parse import urlsplit
 
@@ -47,7 +78,18 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from .durations import require_positive_seconds
 from .gate import ProbeAnswer
 
-ProbeKind = Literal["auto", "llama.cpp-slots", "llama.cpp-metrics", "vllm", "gate", "off"]
+ProbeKind = Literal[
+    "auto",
+    "llama.cpp-slots",
+    "llama.cpp-metrics",
+    "vllm",
+    "sglang",
+    "tgi",
+    "gate",
+    "llama-swap",
+    "ollama",
+    "off",
+]
 PROBE_KINDS: tuple[str, ...] = get_args(ProbeKind)
 DEFAULT_PROBE_TIMEOUT_S = 4.0
 # A status body is small; a vLLM /metrics page is tens of KiB. Anything far
@@ -57,6 +99,11 @@ _MAX_BODY_BYTES = 4 * 1024 * 1024
 SLOTS_PATH = "/slots"
 METRICS_PATH = "/metrics"
 GATE_STATUS_PATH = "/_gate/status"
+LLAMA_SWAP_RUNNING_PATH = "/running"
+OLLAMA_PS_PATH = "/api/ps"
+# Between Ollama's two answers: long enough for its clock (nanoseconds) to move,
+# short against the probe timeout.
+OLLAMA_SECOND_LOOK_S = 0.2
 
 
 # --- wire bodies -------------------------------------------------------------
@@ -89,6 +136,39 @@ class GateStatus(BaseModel):
     model_config = ConfigDict(extra="ignore")
     active_generation_count: int = Field(ge=0)
     active_generations: list[ActiveGeneration]
+
+
+class LlamaSwapProcess(BaseModel):
+    """One entry of llama-swap's `GET /running` (`{"running": [...]}`)."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    state: str
+
+
+class LlamaSwapRunning(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    running: list[LlamaSwapProcess]
+
+
+# llama-swap's process states (internal/process/process.go); `stopped` and
+# `shutdown` are never listed by current versions.
+LLAMA_SWAP_BUSY_STATES = frozenset({"starting", "ready", "stopping"})
+LLAMA_SWAP_STATES = LLAMA_SWAP_BUSY_STATES | {"stopped", "shutdown"}
+
+
+class OllamaModel(BaseModel):
+    """One entry of Ollama's `GET /api/ps` (`{"models": [...]}`)."""
+
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    model: str | None = None
+    expires_at: datetime
+
+
+class OllamaPs(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    models: list[OllamaModel]
 
 
 # --- origins and credentials -------------------------------------------------
@@ -178,6 +258,42 @@ def interpret_vllm_metrics(body: bytes) -> ProbeAnswer:
     return _running_or_waiting(body, "vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
+def interpret_sglang_metrics(body: bytes) -> ProbeAnswer:
+    # One series per scheduler rank (tp/pp/dp labels): their sum is > 0 when any runs.
+    return _running_or_waiting(body, "sglang:num_running_reqs", "sglang:num_queue_reqs")
+
+
+def interpret_tgi_metrics(body: bytes) -> ProbeAnswer:
+    return _running_or_waiting(body, "tgi_batch_current_size", "tgi_queue_size")
+
+
+def interpret_llama_swap_running(body: bytes) -> ProbeAnswer:
+    listing = LlamaSwapRunning.model_validate_json(body)
+    states = {process.state for process in listing.running}
+    if not states <= LLAMA_SWAP_STATES:
+        raise ValueError(f"unknown llama-swap states {sorted(states - LLAMA_SWAP_STATES)}")
+    # Never "idle": an empty list is not proof that nothing runs (module docstring).
+    return "busy" if states & LLAMA_SWAP_BUSY_STATES else None
+
+
+def ollama_models(body: bytes) -> dict[str, datetime]:
+    """Each listed model's reported expiry (raises on a body that is not `/api/ps`)."""
+    listing = OllamaPs.model_validate_json(body)
+    return {entry.name: entry.expires_at for entry in listing.models}
+
+
+def interpret_ollama_ps(first: bytes, second: bytes) -> ProbeAnswer:
+    """Two answers of `/api/ps`: busy when a model's expiry moved between them
+    (Ollama computes "now + keep-alive" on each call for a model that has not
+    gone idle since it was loaded); otherwise no signal, never idle."""
+    before, after = ollama_models(first), ollama_models(second)
+    for name, expires in after.items():
+        earlier = before.get(name)
+        if earlier is not None and expires > earlier:
+            return "busy"
+    return None
+
+
 def interpret_gate_status(body: bytes) -> ProbeAnswer:
     status = GateStatus.model_validate_json(body)
     # A generation for another model counts too: on a single-GPU host our
@@ -189,12 +305,79 @@ def interpret_gate_status(body: bytes) -> ProbeAnswer:
 
 Interpreter = Callable[[bytes], ProbeAnswer]
 
-# kind -> (path, interpreter), in the order `auto` tries them.
-ENDPOINTS: dict[str, tuple[str, Interpreter]] = {
-    "llama.cpp-slots": (SLOTS_PATH, interpret_slots),
-    "llama.cpp-metrics": (METRICS_PATH, interpret_llamacpp_metrics),
-    "vllm": (METRICS_PATH, interpret_vllm_metrics),
-    "gate": (GATE_STATUS_PATH, interpret_gate_status),
+
+class _Look:
+    """One probe round: one client, one deadline, each path fetched at most once
+    unless an endpoint asks again."""
+
+    def __init__(self, fetcher: _Fetcher, client: httpx.Client, deadline: float) -> None:
+        self._fetcher = fetcher
+        self._client = client
+        self.deadline = deadline
+        self._bodies: dict[str, bytes | None] = {}
+
+    def get(self, path: str, *, again: bool = False) -> bytes | None:
+        if again or path not in self._bodies:
+            self._bodies[path] = self._fetcher.get(self._client, path, self.deadline)
+        return self._bodies[path]
+
+    def pause(self, seconds: float) -> bool:
+        """Sleeps `seconds` if the round's deadline leaves room for another request after it."""
+        if self.deadline - time.monotonic() < 2 * seconds:
+            return False
+        time.sleep(seconds)
+        return True
+
+
+class Endpoint:
+    """One kind of status endpoint: where it is and how its answer reads."""
+
+    def __init__(self, path: str, interpret: Interpreter) -> None:
+        self.path = path
+        self.interpret = interpret
+
+    def ask(self, look: _Look) -> ProbeAnswer:
+        return _interpret(self.interpret, look.get(self.path))
+
+
+class OllamaEndpoint(Endpoint):
+    """`/api/ps` read twice (see `interpret_ollama_ps`); the second look only when
+    the first lists a model."""
+
+    def __init__(self) -> None:
+        super().__init__(OLLAMA_PS_PATH, lambda body: None)
+
+    def ask(self, look: _Look) -> ProbeAnswer:
+        first = look.get(self.path)
+        if first is None:
+            return None
+        try:
+            if not ollama_models(first):
+                return None
+        except (ValidationError, ValueError, UnicodeDecodeError):
+            return None
+        if not look.pause(OLLAMA_SECOND_LOOK_S):
+            return None
+        second = look.get(self.path, again=True)
+        if second is None:
+            return None
+        try:
+            answer = interpret_ollama_ps(first, second)
+        except (ValidationError, ValueError, UnicodeDecodeError):
+            return None
+        return answer if answer in ("busy", "idle") else None
+
+
+# kind -> endpoint, in the order `auto` tries them.
+ENDPOINTS: dict[str, Endpoint] = {
+    "llama.cpp-slots": Endpoint(SLOTS_PATH, interpret_slots),
+    "llama.cpp-metrics": Endpoint(METRICS_PATH, interpret_llamacpp_metrics),
+    "vllm": Endpoint(METRICS_PATH, interpret_vllm_metrics),
+    "sglang": Endpoint(METRICS_PATH, interpret_sglang_metrics),
+    "tgi": Endpoint(METRICS_PATH, interpret_tgi_metrics),
+    "gate": Endpoint(GATE_STATUS_PATH, interpret_gate_status),
+    "llama-swap": Endpoint(LLAMA_SWAP_RUNNING_PATH, interpret_llama_swap_running),
+    "ollama": OllamaEndpoint(),
 }
 
 
@@ -263,7 +446,7 @@ def _interpret(interpreter: Interpreter, body: bytes | None) -> ProbeAnswer:
 
 
 class EndpointProbe:
-    """One fixed endpoint (`llama.cpp-slots`, `llama.cpp-metrics`, `vllm` or `gate`)."""
+    """One fixed endpoint kind (any of `ENDPOINTS`)."""
 
     def __init__(
         self,
@@ -277,7 +460,7 @@ class EndpointProbe:
             raise ValueError(f"unknown probe kind {kind!r}; expected one of {PROBE_KINDS}")
         self.kind = kind
         self.model = model
-        self._path, self._interpreter = ENDPOINTS[kind]
+        self._endpoint = ENDPOINTS[kind]
         self._fetcher = _Fetcher(base_url, api_key, timeout)
         self.last_answer: ProbeAnswer = None
 
@@ -286,27 +469,26 @@ class EndpointProbe:
 
     @property
     def url(self) -> str:
-        return self._fetcher.origin + self._path
+        return self._fetcher.origin + self._endpoint.path
 
     def __call__(self) -> ProbeAnswer:
         try:
             deadline = time.monotonic() + self._fetcher.timeout
             with self._fetcher.client() as client:
-                body = self._fetcher.get(client, self._path, deadline)
-            self.last_answer = _interpret(self._interpreter, body)
+                self.last_answer = self._endpoint.ask(_Look(self._fetcher, client, deadline))
         except Exception:  # a probe never raises: any failure is "no signal"
             self.last_answer = None
         return self.last_answer
 
 
 class AutoProbe:
-    """Tries slots, llama.cpp metrics, vLLM metrics, then the gate status; sticks to
-    the first kind that gives a signal (busy or idle) for the rest of its life.
+    """Tries every kind of `ENDPOINTS` in order; sticks to the first kind that
+    gives a signal (busy or idle) for the rest of its life.
 
-    One round shares one total timeout and fetches `/metrics` at most once.
+    One round shares one total timeout and fetches each path (`/metrics`) at most once.
     """
 
-    ORDER: tuple[str, ...] = ("llama.cpp-slots", "llama.cpp-metrics", "vllm", "gate")
+    ORDER: tuple[str, ...] = tuple(ENDPOINTS)
 
     def __init__(
         self,
@@ -336,13 +518,10 @@ class AutoProbe:
             chosen = self.chosen
         kinds = (chosen,) if chosen else self.ORDER
         deadline = time.monotonic() + self._fetcher.timeout
-        bodies: dict[str, bytes | None] = {}
         with self._fetcher.client() as client:
+            look = _Look(self._fetcher, client, deadline)
             for kind in kinds:
-                path, interpreter = ENDPOINTS[kind]
-                if path not in bodies:
-                    bodies[path] = self._fetcher.get(client, path, deadline)
-                answer = _interpret(interpreter, bodies[path])
+                answer = ENDPOINTS[kind].ask(look)
                 if answer is not None:
                     with self._lock:
                         self.chosen = self.chosen or kind

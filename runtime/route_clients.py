@@ -153,6 +153,7 @@ class RouteClients:
             budget_settings=route.budget_settings(),
             allow_same_host_fallback=route.allow_same_host_fallback,
             json_schema=route.takes_json_schema,
+            **({"max_prompt_bytes": route.max_prompt_bytes} if route.max_prompt_bytes else {}),
         )
 
     def close(self) -> None:

@@ -8,17 +8,24 @@ DSL `model.provider` is served.
       local: {kind: local}
     default: local            # for providers not listed
 
+A route named after a Dify provider may leave out `kind` and `base_url` where
+the provider implies them (`runtime.settings.provider_defaults`):
+`langgenius/anthropic/anthropic: {api_key_env: ANTHROPIC_API_KEY}` is a whole
+route.
+
 Credentials come only from the environment variables named by `api_key_env`.
 With no settings file every provider is served by the embedded llama-server.
 
 Per route, optionally:
 
+- `max_prompt_bytes`: the largest LLM prompt a node builds for it (UTF-8
+  bytes, default 32 MiB), checked while the prompt is built;
 - first-token budget: `first_token_timeout_s` (a number pins it, 0 disables,
   "auto"/empty: the formula), `first_token_ceiling_s`, and the formula's
   constants `first_token_cold_start_s`, `first_token_base_s`,
   `first_token_per_1k_s` (see `plugin_daemon_client.first_token_budget`);
 - liveness probe: `probe: auto | llama.cpp-slots | llama.cpp-metrics | vllm |
-  gate | off` (default `auto` for local and openai-compatible routes, `off`
+  sglang | tgi | gate | llama-swap | ollama | off` (default `auto` for local and openai-compatible routes, `off`
   for plugin-daemon ones) and `probe_timeout_s` (4). A probe asks only the
   route's own origin and sends the route's key only there;
 - fallback chain: `fallbacks: [route, ...]` (`fallback` is accepted too),
@@ -47,7 +54,8 @@ from firstgate.plugin_daemon_client.fallback import (
 from firstgate.plugin_daemon_client.first_token_budget import ROUTE_KEYS
 from firstgate.plugin_daemon_client.probes import ProbeKind
 from firstgate.plugin_daemon_client.protocols import PROTOCOLS
-from pydantic import BeforeValidator, Field, model_validator
+from firstgate.runtime.settings.provider_defaults import MISSING_KIND_MARK, with_defaults
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 # The embedded llama-server (an OpenAI-compatible route the runtime starts).
@@ -116,6 +124,8 @@ class ProviderRoute(DslModel):
     base_url: str | None = None
     # The reply's size on the wire; None: the client's default (64 MiB).
     max_reply_bytes: Annotated[int, between(1024, 1 << 40)] | None = None
+    # The largest LLM prompt built for this route (UTF-8 bytes); None: 32 MiB.
+    max_prompt_bytes: Annotated[int, between(1024, 1 << 40)] | None = None
     api_key_env: str | None = None
     tenant_id: str | None = None
     plugin_id: str | None = None
@@ -138,6 +148,20 @@ class ProviderRoute(DslModel):
     # The server takes a JSON schema as the response format (structured output,
     # classifier and extractor answers); None: the kind's default.
     json_schema: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _implied_kind_known(cls, raw: Any) -> Any:
+        # The provider's name implied a kind this build does not register yet
+        # (`runtime.settings.provider_defaults`).
+        if isinstance(raw, dict) and MISSING_KIND_MARK in raw:
+            raise dsl_error(
+                "dsl.models.impliedKind",
+                "provider {provider} implies kind {kind}, which this version does not have; "
+                "set kind and base_url",
+                **raw[MISSING_KIND_MARK],
+            )
+        return raw
 
     @model_validator(mode="before")
     @classmethod
@@ -219,6 +243,14 @@ class ProvidersSection(DslModel):
     providers: dict[str, ProviderRoute] = Field(default_factory=dict)
     default: str | None = None
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _provider_defaults(cls, raw: Any) -> Any:
+        """Dify's provider names imply their kind and base_url where a route is silent."""
+        if not isinstance(raw, dict):
+            return raw
+        return {name: with_defaults(str(name), route, KINDS) for name, route in raw.items()}
 
     @model_validator(mode="after")
     def _default_exists(self) -> ProvidersSection:

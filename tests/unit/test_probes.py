@@ -10,8 +10,12 @@ from firstgate.plugin_daemon_client.probes import (
     EndpointProbe,
     auth_headers,
     interpret_gate_status,
+    interpret_llama_swap_running,
     interpret_llamacpp_metrics,
+    interpret_ollama_ps,
+    interpret_sglang_metrics,
     interpret_slots,
+    interpret_tgi_metrics,
     interpret_vllm_metrics,
     make_probe,
     metric_values,
@@ -164,7 +168,7 @@ def test_make_probe_kinds() -> None:
 @pytest.mark.parametrize(
     ("kind", "base", "timeout"),
     [
-        ("ollama", "http://h:1", 4.0),
+        ("koboldcpp", "http://h:1", 4.0),
         ("auto", "ftp://h:1", 4.0),
         ("auto", "not a url", 4.0),
         ("auto", "http://h:1", 0),
@@ -185,3 +189,110 @@ def test_probe_repr_never_shows_the_key() -> None:
 def test_unreachable_server_is_no_signal() -> None:
     # Port 9 (discard) on loopback is closed in test environments: connect refused.
     assert make_probe("auto", "http://127.0.0.1:9", timeout=0.5)() is None  # type: ignore[misc]
+
+
+# --- SGLang, TGI, llama-swap, Ollama ---------------------------------------------
+
+SG = '{model_name="Qwen/Qwen2.5-7B-Instruct",tp_rank="0",dp_rank="%d"}'
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        (f"sglang:num_running_reqs{SG % 0} 0.0\nsglang:num_running_reqs{SG % 1} 2.0\n", "busy"),
+        (f"sglang:num_running_reqs{SG % 0} 0.0\nsglang:num_queue_reqs{SG % 0} 1.0\n", "busy"),
+        (f"sglang:num_running_reqs{SG % 0} 0.0\nsglang:num_queue_reqs{SG % 0} 0.0\n", "idle"),
+        (f"sglang:num_queue_reqs{SG % 0} 4.0\n", None),  # no running gauge: not SGLang
+        ("vllm:num_requests_running 1.0\n", None),
+    ],
+)
+def test_sglang_metrics(text: str, answer: str | None) -> None:
+    assert interpret_sglang_metrics(text.encode()) == answer
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("tgi_batch_current_size 3\ntgi_queue_size 0\n", "busy"),
+        ("tgi_batch_current_size 0\ntgi_queue_size 2\n", "busy"),
+        ("tgi_batch_current_size 0\ntgi_queue_size 0\n", "idle"),
+        ("tgi_queue_size 2\n", None),
+        ("tgi_batch_current_max_tokens 0\ntgi_batch_current_size_x 4\n", None),
+    ],
+)
+def test_tgi_metrics(text: str, answer: str | None) -> None:
+    assert interpret_tgi_metrics(text.encode()) == answer
+
+
+def swap(*states: str) -> bytes:
+    return json.dumps(
+        {"running": [{"model": f"m{i}", "state": s, "ttl": 0} for i, s in enumerate(states)]}
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "answer"),
+    [
+        (swap("starting"), "busy"),
+        (swap("ready"), "busy"),
+        (swap("stopping"), "busy"),
+        (swap("stopped", "ready"), "busy"),
+        (swap(), None),  # never idle: old llama-swap lists only ready models
+        (swap("stopped"), None),
+    ],
+)
+def test_llama_swap_running(body: bytes, answer: str | None) -> None:
+    assert interpret_llama_swap_running(body) == answer
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"running": "none"}', b"[]", swap("warming"), b'{"running": [{"model": "m"}]}']
+)
+def test_llama_swap_unexpected_bodies_raise(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        interpret_llama_swap_running(body)
+
+
+def ps(*models: tuple[str, str]) -> bytes:
+    return json.dumps(
+        {"models": [{"name": n, "model": n, "size": 1, "expires_at": e} for n, e in models]}
+    ).encode()
+
+
+T0 = "2030-01-01T10:00:00.000000001Z"
+T1 = "2030-01-01T10:00:00.200000001Z"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "answer"),
+    [
+        (ps(("a:1b", T0)), ps(("a:1b", T1)), "busy"),  # expiry moves: loading, or never idle
+        (ps(("a:1b", T0)), ps(("a:1b", T0)), None),  # fixed expiry: idle or serving, unknown
+        (ps(("a:1b", T0)), ps(("b:7b", T1)), None),  # another model, seen once
+        (ps(), ps(), None),  # empty is never idle
+        (ps(("a:1b", T1)), ps(("a:1b", T0)), None),
+    ],
+)
+def test_ollama_ps(first: bytes, second: bytes, answer: str | None) -> None:
+    assert interpret_ollama_ps(first, second) == answer
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"models": {}}', b'{"models": [{"name": "a", "expires_at": "soon"}]}', b"{}"]
+)
+def test_ollama_unexpected_bodies_raise(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        interpret_ollama_ps(body, body)
+
+
+def test_auto_tries_every_kind() -> None:
+    assert AutoProbe.ORDER == (
+        "llama.cpp-slots",
+        "llama.cpp-metrics",
+        "vllm",
+        "sglang",
+        "tgi",
+        "gate",
+        "llama-swap",
+        "ollama",
+    )

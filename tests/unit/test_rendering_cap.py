@@ -1,5 +1,6 @@
 """Every rendered text is capped while it is built (`nodes.rendering`): the
-substitution, the answer (node and stream), the LLM prompt, Jinja templates."""
+substitution, the answer (node and stream), Jinja templates; an LLM prompt by
+its route's `max_prompt_bytes` instead (`nodes.llm_prompt.PromptBudget`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from firstgate.nodes.base import NodeContext
 from firstgate.nodes.cancel import CancelToken
 from firstgate.nodes.llm import Data as LLMData
 from firstgate.nodes.llm import messages_for
+from firstgate.nodes.llm_prompt import PromptTooLargeError
 from firstgate.nodes.rendering import MAX_RENDERED_CHARS, RenderedTooLongError, TextBudget
 from firstgate.nodes.values import render_text
+from firstgate.plugin_daemon_client.plan import RouteTarget
 from firstgate.runtime import events as ev
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,14 +36,21 @@ class Values:
         return self.values.get(tuple(selector))
 
 
-def build_messages(data: LLMData, variables: Values) -> list[dict[str, Any]]:
-    return messages_for(data, NodeContext("llm", 1, variables, CancelToken()))
+def build_messages(
+    data: LLMData, variables: Values, max_prompt_bytes: int | None = None
+) -> list[dict[str, Any]]:
+    target = (
+        RouteTarget("gpu-box", FakeClients(says("x")), max_prompt_bytes=max_prompt_bytes)
+        if max_prompt_bytes is not None
+        else None
+    )
+    return messages_for(data, NodeContext("llm", 1, variables, CancelToken()), target)
 
 
-def peak_of(action: Callable[[], object]) -> int:
+def peak_of(action: Callable[[], object], error: type[Exception] = RenderedTooLongError) -> int:
     tracemalloc.start()
     try:
-        with pytest.raises(RenderedTooLongError):
+        with pytest.raises(error):
             action()
         return tracemalloc.get_traced_memory()[1]
     finally:
@@ -83,10 +93,10 @@ def test_a_prompt_is_capped_as_a_whole_and_its_context_is_never_a_template() -> 
     secret = Values({("k", "result"): "see {{#env.KEY#}}", ("env", "KEY"): "s3cret"})
     messages = build_messages(data, secret)
     assert messages[1]["content"] == "see {{#env.KEY#}} see {{#env.KEY#}}"
-    # 3 x 150 KB of context: each message alone fits, the prompt does not.
+    # 3 x 150 KB of context: each message alone fits the route's 400 KB, the prompt does not.
     big = Values({("k", "result"): "y" * 150_000})
-    peak = peak_of(lambda: build_messages(data, big))
-    assert peak < 4 * MAX_RENDERED_CHARS, peak
+    peak = peak_of(lambda: build_messages(data, big, 400_000), PromptTooLargeError)
+    assert peak < 4 * 400_000, peak
 
 
 def test_jinja_output_is_checked_while_it_is_produced() -> None:
@@ -135,8 +145,50 @@ def test_the_messages_of_a_prompt_share_one_cap() -> None:
         }
     )
     # Each message alone fits (250 KB); the prompt (500 KB) does not.
-    with pytest.raises(RenderedTooLongError):
-        build_messages(data, Values({("n", "big"): "b" * 250_000}))
+    with pytest.raises(PromptTooLargeError) as info:
+        build_messages(data, Values({("n", "big"): "b" * 250_000}), 400_000)
+    assert (
+        str(info.value) == "the prompt passed 400000 bytes, the max_prompt_bytes of route gpu-box"
+    )
+
+
+def test_a_prompt_has_no_character_cap_only_its_route_bound() -> None:
+    data = LLMData.model_validate(
+        {
+            "type": "llm",
+            "model": {"provider": "p", "name": "m"},
+            "prompt_template": [{"role": "user", "text": "{{#n.big#}} and {{#n.big#}}"}],
+        }
+    )
+    (message,) = build_messages(data, Values({("n", "big"): "c" * 300_000}))
+    assert len(message["content"]) == 600_005  # past 400,000 characters, whole
+
+
+def test_the_bound_counts_utf8_bytes_not_characters() -> None:
+    data = LLMData.model_validate(
+        {
+            "type": "llm",
+            "model": {"provider": "p", "name": "m"},
+            "prompt_template": [{"role": "user", "text": "{{#n.big#}}"}],
+        }
+    )
+    build_messages(data, Values({("n", "big"): "é" * 2000}), 4000)  # 4,000 bytes: fits
+    with pytest.raises(PromptTooLargeError):
+        build_messages(data, Values({("n", "big"): "é" * 2001}), 4000)
+
+
+def test_a_substitution_past_the_bound_fails_before_building_the_whole_prompt() -> None:
+    data = LLMData.model_validate(
+        {
+            "type": "llm",
+            "model": {"provider": "p", "name": "m"},
+            "prompt_template": [{"role": "user", "text": "{{#n.big#}}" * 3000}],
+        }
+    )
+    peak = peak_of(
+        lambda: build_messages(data, Values({("n", "big"): BIG}), 1_000_000), PromptTooLargeError
+    )
+    assert peak < 4 * 1_000_000, peak  # the bound plus one value, not 300 MB
 
 
 NAMES = st.sampled_from(["a", "b1", "a.b", "_x", "a._b", "a.__class__", "not", "x.in", "a.", "1"])
