@@ -5,6 +5,7 @@ Adding a protocol is one module here and one line in `PROTOCOLS`.
 
 from __future__ import annotations
 
+from .anthropic import Anthropic
 from .base import ChatCall, Endpoint, StreamDecoder, ToolSpec, WireProtocol
 from .openai_compatible import OpenAICompatible
 from .plugin_daemon import PluginDaemon
@@ -12,6 +13,7 @@ from .plugin_daemon import PluginDaemon
 PROTOCOLS: dict[str, type[WireProtocol]] = {
     OpenAICompatible.kind: OpenAICompatible,
     PluginDaemon.kind: PluginDaemon,
+    Anthropic.kind: Anthropic,
 }
 
 __all__ = [
