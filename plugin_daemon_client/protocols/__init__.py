@@ -8,12 +8,14 @@ from __future__ import annotations
 from .anthropic import Anthropic
 from .base import ChatCall, Endpoint, StreamDecoder, ToolSpec, WireProtocol
 from .openai_compatible import OpenAICompatible
+from .openai_responses import OpenAIResponses
 from .plugin_daemon import PluginDaemon
 
 PROTOCOLS: dict[str, type[WireProtocol]] = {
     OpenAICompatible.kind: OpenAICompatible,
     PluginDaemon.kind: PluginDaemon,
     Anthropic.kind: Anthropic,
+    OpenAIResponses.kind: OpenAIResponses,
 }
 
 __all__ = [

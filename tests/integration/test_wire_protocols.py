@@ -21,11 +21,12 @@ from tests.fakes import dialects as sc
 from tests.fakes.anthropic_api import ANTHROPIC
 from tests.fakes.dialects import Dialect
 from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.responses_api import RESPONSES
 
 BUDGET = 0.5
 MESSAGES = [{"role": "user", "content": "hi"}]
 SECRET = "sk-firstgate-PLANTED-7f3a9c"
-DIALECTS = [ANTHROPIC]
+DIALECTS = [ANTHROPIC, RESPONSES]
 
 
 @pytest.fixture(params=DIALECTS, ids=lambda d: d.kind)
