@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .anthropic import Anthropic
 from .base import ChatCall, Endpoint, StreamDecoder, ToolSpec, WireProtocol
+from .ollama import Ollama
 from .openai_compatible import OpenAICompatible
 from .openai_responses import OpenAIResponses
 from .plugin_daemon import PluginDaemon
@@ -16,6 +17,7 @@ PROTOCOLS: dict[str, type[WireProtocol]] = {
     PluginDaemon.kind: PluginDaemon,
     Anthropic.kind: Anthropic,
     OpenAIResponses.kind: OpenAIResponses,
+    Ollama.kind: Ollama,
 }
 
 __all__ = [

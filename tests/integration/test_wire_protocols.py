@@ -21,12 +21,13 @@ from tests.fakes import dialects as sc
 from tests.fakes.anthropic_api import ANTHROPIC
 from tests.fakes.dialects import Dialect
 from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.ollama_api import OLLAMA
 from tests.fakes.responses_api import RESPONSES
 
 BUDGET = 0.5
 MESSAGES = [{"role": "user", "content": "hi"}]
 SECRET = "sk-firstgate-PLANTED-7f3a9c"
-DIALECTS = [ANTHROPIC, RESPONSES]
+DIALECTS = [ANTHROPIC, RESPONSES, OLLAMA]
 
 
 @pytest.fixture(params=DIALECTS, ids=lambda d: d.kind)
@@ -98,7 +99,9 @@ def test_malformed_and_unknown_events_are_never_a_first_token(d: Dialect) -> Non
 def test_a_stream_cut_before_its_end_marker_is_an_error(d: Dialect, tokens: int) -> None:
     with FakeLLMServer([sc.truncated(d, tokens)]) as srv:
         result = outcome(d, srv, first_token_timeout=5)
-    assert isinstance(result, E.TruncatedBodyError), result
+    # Only lifecycle events (or nothing at all: Ollama) and a clean close: never a success.
+    expected = E.TruncatedBodyError if tokens or d.kind != "ollama" else E.EmptyResponseError
+    assert isinstance(result, expected), result
     assert result.transient and result.partial_text == "t0 t1 "[: 3 * tokens]
 
 
@@ -142,6 +145,15 @@ def test_error_statuses_are_typed(d: Dialect, code: int, cls: type, transient: b
         result = outcome(d, srv)
     assert type(result) is cls, result
     assert result.transient is transient and f"fake {code}" in str(result)
+
+
+def test_silence_while_a_model_loads_is_the_first_token_wait(d: Dialect) -> None:
+    with FakeLLMServer([sc.silence_then(d, 5, ["late"])]) as srv:
+        result, took = timed(d, srv, first_token_timeout=BUDGET)
+    assert isinstance(result, E.FirstTokenTimeoutError), result
+    assert not result.progress.headers_received and BUDGET <= took < 2 * BUDGET
+    with FakeLLMServer([sc.silence_then(d, 0.3, ["late"])]) as srv:
+        assert outcome(d, srv, first_token_timeout=2) == "late"
 
 
 def test_a_10_mb_event_hits_the_line_cap(d: Dialect) -> None:
