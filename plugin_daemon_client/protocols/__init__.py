@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .anthropic import Anthropic
 from .base import ChatCall, Endpoint, StreamDecoder, ToolSpec, WireProtocol
+from .gemini import Gemini
 from .ollama import Ollama
 from .openai_compatible import OpenAICompatible
 from .openai_responses import OpenAIResponses
@@ -18,6 +19,7 @@ PROTOCOLS: dict[str, type[WireProtocol]] = {
     Anthropic.kind: Anthropic,
     OpenAIResponses.kind: OpenAIResponses,
     Ollama.kind: Ollama,
+    Gemini.kind: Gemini,
 }
 
 __all__ = [

@@ -16,10 +16,16 @@ import time
 import pytest
 from firstgate.plugin_daemon_client import LLMClient, first_token_gate
 from firstgate.plugin_daemon_client import errors as E
+from firstgate.runtime import events as ev
+from firstgate.runtime import load_workflow
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.runtime.settings.providers import ProviderRoute
 
+from tests import model_flows as mf
 from tests.fakes import dialects as sc
 from tests.fakes.anthropic_api import ANTHROPIC
 from tests.fakes.dialects import Dialect
+from tests.fakes.gemini_api import GEMINI
 from tests.fakes.llm_server import FakeLLMServer
 from tests.fakes.ollama_api import OLLAMA
 from tests.fakes.responses_api import RESPONSES
@@ -27,7 +33,7 @@ from tests.fakes.responses_api import RESPONSES
 BUDGET = 0.5
 MESSAGES = [{"role": "user", "content": "hi"}]
 SECRET = "sk-firstgate-PLANTED-7f3a9c"
-DIALECTS = [ANTHROPIC, RESPONSES, OLLAMA]
+DIALECTS = [ANTHROPIC, RESPONSES, OLLAMA, GEMINI]
 
 
 @pytest.fixture(params=DIALECTS, ids=lambda d: d.kind)
@@ -161,3 +167,29 @@ def test_a_10_mb_event_hits_the_line_cap(d: Dialect) -> None:
         result = outcome(d, srv, first_token_timeout=5)
     assert isinstance(result, E.FrameTooLargeError), result
     assert result.partial_text == "ok "
+
+
+def test_a_workflow_llm_node_streams_through_the_gate(
+    d: Dialect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FIRSTGATE_TEST_KEY", SECRET)
+    data = {
+        "type": "llm",
+        "title": "Answer",
+        "model": dict(mf.MODEL),
+        "prompt_template": [{"role": "user", "text": "{{#start.q#}}"}],
+        "invocation": {"first_token_timeout_ms": 5000},
+    }
+    flow = mf.workflow([{"id": "n", "data": data}], [("start", "n", "source")])
+    with FakeLLMServer([sc.reply(d, ["Bon", "jour"])]) as srv:
+        route = ProviderRoute(
+            kind=d.kind, base_url=d.base_url(srv.root_url), api_key_env="FIRSTGATE_TEST_KEY"
+        )
+        settings = RuntimeSettings(providers={"primary": route})
+        events = list(load_workflow(flow, settings=settings).run({"q": "hi"}, settings=settings))
+    assert isinstance(mf.final(events), ev.WorkflowSucceeded), mf.final(events)
+    (first,) = mf.of(events, ev.NodeFirstToken)
+    assert first.node_id == "n" and first.target == "primary"
+    (node,) = [e for e in events if isinstance(e, ev.NodeSucceeded) and e.node_id == "n"]
+    assert node.outputs["text"] == "Bonjour" and node.outputs["finish_reason"] == d.finish_reason
+    assert node.outputs["usage"]["completion_tokens"] == 2
