@@ -6,6 +6,7 @@ Adding a protocol is one module here and one line in `PROTOCOLS`.
 from __future__ import annotations
 
 from .anthropic import Anthropic
+from .azure_openai import AzureOpenAI
 from .base import ChatCall, Endpoint, StreamDecoder, ToolSpec, WireProtocol
 from .gemini import Gemini
 from .ollama import Ollama
@@ -20,6 +21,7 @@ PROTOCOLS: dict[str, type[WireProtocol]] = {
     OpenAIResponses.kind: OpenAIResponses,
     Ollama.kind: Ollama,
     Gemini.kind: Gemini,
+    AzureOpenAI.kind: AzureOpenAI,
 }
 
 __all__ = [
