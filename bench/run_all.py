@@ -29,6 +29,7 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.code_node", ["--calls=300", "--spawns=50"], True),
     ("bench.template_render", ["--renders=20000", "--isolated=200"], False),
     ("bench.validate", ["--repeat=5"], False),
+    ("bench.protocols", ["--frames=100000", "--rounds=3", "--trials=30"], True),
 ]
 QUICK = {
     "bench.deadline": ["--trials=10"],
@@ -44,6 +45,7 @@ QUICK = {
     "bench.code_node": ["--calls=30", "--spawns=5"],
     "bench.template_render": ["--renders=2000", "--isolated=20"],
     "bench.validate": ["--sizes=1000,10000", "--repeat=1", "--parse-nodes=400"],
+    "bench.protocols": ["--frames=20000", "--rounds=1", "--trials=10"],
 }
 
 

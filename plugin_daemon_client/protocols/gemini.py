@@ -272,18 +272,28 @@ class GeminiStream(EventStream):
         self._calls = 0
 
     def event(self, doc: dict[str, Any]) -> Item | list[Item] | None:
+        candidates = doc.get("candidates")
+        if type(candidates) is list and candidates and "promptFeedback" not in doc:
+            candidate = candidates[0]
+            if type(candidate) is dict and "finishReason" not in candidate and "error" not in doc:
+                # The hot path: a chunk of one plain text part.
+                text = _one_text(candidate.get("content"))
+                if text is not None:
+                    return text
+        return self._event(doc, candidates)
+
+    def _event(self, doc: dict[str, Any], candidates: object) -> Item | list[Item] | None:
         if "error" in doc and doc["error"]:
             raise _error(doc["error"])
         feedback = doc.get("promptFeedback")
         blocked = feedback.get("blockReason") if isinstance(feedback, dict) else None
         if blocked:
             raise ContentBlockedError(reason=ServerText(f"prompt: {blocked}"))
-        candidates = doc.get("candidates")
         candidate = candidates[0] if isinstance(candidates, list) and candidates else None
         if not isinstance(candidate, dict):
             return None
-        items = self._content(candidate.get("content"))
         reason = candidate.get("finishReason")
+        items = self._content(candidate.get("content"))
         if isinstance(reason, str) and reason:
             items.extend(self._end(reason, doc.get("usageMetadata")))
         if not items:
@@ -333,6 +343,16 @@ class GeminiStream(EventStream):
             ),
             DONE,
         ]
+
+
+def _one_text(content: object) -> str | None:
+    """The text of content that is one plain, non-empty text part, else None."""
+    parts = content.get("parts") if type(content) is dict else None
+    if type(parts) is not list or len(parts) != 1:
+        return None
+    part = parts[0]
+    text = part.get("text") if type(part) is dict and len(part) == 1 else None
+    return text if type(text) is str and text else None
 
 
 def _error(error: object) -> InvokeError:

@@ -136,38 +136,46 @@ class NDJSONStream(StreamDecoder):
         return self._items(lines)
 
     def _items(self, lines: list[bytes]) -> Iterator[Item]:
-        limit = self._max
+        if lines and max(map(len, lines)) > self._max:
+            raise SSEViolation("too_large", max(lines, key=len))
+        event = self._event
         for line in lines:
-            if len(line) > limit:
-                raise SSEViolation("too_large", line)
-            doc = json_object(line) if line.strip() else None
+            doc = json_object(line)
             if doc is None:
                 continue
-            yield from self._event(doc)
+            item = event(doc)
+            if item is None:
+                continue
+            if type(item) is list:
+                yield from item
+            else:
+                yield item  # type: ignore[misc]
 
-    def _event(self, doc: dict[str, Any]) -> Iterator[Item]:
+    def _event(self, doc: dict[str, Any]) -> Item | list[Item] | None:
         if "error" in doc and doc["error"]:
             raise _error_line(doc)
         message = doc.get("message")
+        item: Item | None = None
         if isinstance(message, dict):
-            text, thinking = message.get("content"), message.get("thinking")
-            calls = self._tool_calls(message.get("tool_calls"))
-            thinking = thinking if isinstance(thinking, str) else ""
-            if thinking or calls:
-                yield Frame(
-                    text=text if isinstance(text, str) else "", reasoning=thinking, tool_calls=calls
-                )
-            elif isinstance(text, str) and text:
-                yield text
-        if doc.get("done") is True:
-            self._ended = True
-            reason = doc.get("done_reason")
-            finish = "tool_calls" if self._calls else "stop"
-            if reason == "length":
-                finish = "length"
-            prompt, completion = m.usage_numbers(doc, "prompt_eval_count", "eval_count")
-            yield Frame(finish_reason=finish, usage=Usage(prompt, completion, prompt + completion))
-            yield DONE
+            text = message.get("content")
+            text = text if isinstance(text, str) else ""
+            if "thinking" in message or "tool_calls" in message:
+                thinking = message.get("thinking")
+                thinking = thinking if isinstance(thinking, str) else ""
+                calls = self._tool_calls(message.get("tool_calls"))
+                if thinking or calls or text:
+                    item = Frame(text=text, reasoning=thinking, tool_calls=calls)
+            elif text:
+                item = text
+        if doc.get("done") is not True:
+            return item
+        self._ended = True
+        finish = "tool_calls" if self._calls else "stop"
+        if doc.get("done_reason") == "length":
+            finish = "length"
+        prompt, completion = m.usage_numbers(doc, "prompt_eval_count", "eval_count")
+        end = Frame(finish_reason=finish, usage=Usage(prompt, completion, prompt + completion))
+        return [end, DONE] if item is None else [item, end, DONE]
 
     def _tool_calls(self, raw: object) -> tuple[ToolCallDelta, ...]:
         """Ollama hands out whole calls (no index); each gets an id of its own."""

@@ -55,10 +55,21 @@ class SSEStream(StreamDecoder):
             yield item_of(frame)
 
 
+_scan = json.JSONDecoder().scan_once
+
+
 def json_object(payload: bytes) -> dict[str, Any] | None:
-    """One payload as a JSON object, or None when it is not one (malformed: ignored)."""
+    """One payload as a JSON object, or None when it is not one (malformed: ignored).
+    Invalid UTF-8 becomes U+FFFD (see openai_compatible.decode)."""
+    text = payload.decode("utf-8", "replace")
     try:
-        doc = json.loads(payload.decode("utf-8", "replace"))
+        # The parser's own scanner, without `json.loads`'s layers: a payload is
+        # one object from its first byte; anything else takes the full parse.
+        doc, end = _scan(text, 0) if text[:1] == "{" else (None, -1)
+        if end != len(text):
+            doc = json.loads(text)
+    except StopIteration:
+        return None
     except (ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
@@ -85,7 +96,24 @@ class EventStream(StreamDecoder):
         body = self._lines.complete(data)
         if body is None:
             return ()
-        return self.items(self._lines.payloads_of(body))
+        return self.items(self._named_payloads(body) or self._lines.payloads_of(body))
+
+    def _named_payloads(self, body: bytes) -> list[bytes] | None:
+        """The payloads of `body` when, at C speed, every line is blank, `event: ...`
+        or `data: ...` within the line limit (the usual named-event layout); else
+        None (the line-by-line path decides)."""
+        if b"\r" in body:  # Gemini ends its lines with CRLF
+            body = body.replace(b"\r\n", b"\n")
+            if body[-1:] == b"\r":  # the CR of the line `complete` cut before its LF
+                body = body[:-1]
+            if b"\r" in body:
+                return None
+        lines = list(filter(None, body.split(b"\n")))
+        if not lines or max(map(len, lines)) > self._lines.limit:
+            return None
+        payloads = [line[6:] for line in lines if line[:6] == b"data: "]
+        named = (b"\n" + b"\n".join(lines)).count(b"\nevent:")
+        return payloads if payloads and len(payloads) + named == len(lines) else None
 
     def items(self, payloads: list[bytes]) -> Iterator[Item]:
         event = self.event
