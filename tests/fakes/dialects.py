@@ -64,8 +64,8 @@ class Dialect:
         conn.send(b'data: {"type": "content_block_delta", "delta": {"text": "NOPE"\n\n')
 
     def big_event(self, conn: Conn, size: int) -> None:
-        conn.send(b"data: " + b"x" * size)
-        conn.send(b"\n\n")
+        """One event of `size` bytes, in one write."""
+        conn.send(b"data: " + b"x" * size + b"\n\n")
 
 
 def reply(d: Dialect, texts: Sequence[str], *, keepalives: int = 2, think: str = "") -> Scenario:
@@ -184,23 +184,36 @@ def status(d: Dialect, code: int, message: str) -> Scenario:
     return http_error(code, body=d.error_body(code, message))
 
 
+class _Capture:
+    """A stand-in `Conn` that keeps what a dialect would send."""
+
+    framing = "close"
+    headers_sent = True
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def send_headers(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def wire_bytes(step: Any) -> bytes:
+    """The bytes `step(conn)` sends (to put several steps in one write)."""
+    conn = _Capture()
+    step(conn)
+    return b"".join(conn.sent)
+
+
 def stream_of(d: Dialect, frames: int, text: str = "tok") -> bytes:
     """The whole body of a reply of `frames` tokens (for the throughput bench)."""
-    captured: list[bytes] = []
 
-    class _Capture:
-        framing = "close"
-        headers_sent = True
+    def steps(conn: Any) -> None:
+        d.start(conn)
+        for _ in range(frames):
+            d.token(conn, text)
+        d.finish(conn, frames)
 
-        def send(self, data: bytes) -> None:
-            captured.append(data)
-
-        def send_headers(self, *args: object, **kwargs: object) -> None:
-            pass
-
-    conn: Any = _Capture()
-    d.start(conn)
-    for _ in range(frames):
-        d.token(conn, text)
-    d.finish(conn, frames)
-    return b"".join(captured)
+    return wire_bytes(steps)

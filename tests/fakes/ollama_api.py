@@ -63,8 +63,7 @@ class OllamaDialect(Dialect):
         conn.send(b'{"message": {"content": "NOPE"\n')
 
     def big_event(self, conn: Conn, size: int) -> None:
-        conn.send(b'{"message": {"content": "' + b"x" * size)
-        conn.send(b'"}}\n')
+        conn.send(b'{"message": {"content": "' + b"x" * size + b'"}}\n')
 
 
 OLLAMA = OllamaDialect()

@@ -147,6 +147,13 @@ def test_529_overloaded_is_transient() -> None:
     assert info.value.transient and info.value.status == 529
 
 
+def test_529_without_a_body_is_still_overloaded() -> None:
+    with FakeLLMServer([sc.http_error(529, body=b"")]) as srv:
+        with pytest.raises(E.ServerUnavailableError) as info:
+            run(srv)
+    assert info.value.transient and info.value.status == 529
+
+
 @pytest.mark.parametrize(
     ("kind", "cls", "transient"),
     [

@@ -26,7 +26,7 @@ from tests.fakes import dialects as sc
 from tests.fakes.anthropic_api import ANTHROPIC
 from tests.fakes.dialects import Dialect
 from tests.fakes.gemini_api import GEMINI
-from tests.fakes.llm_server import FakeLLMServer
+from tests.fakes.llm_server import Conn, FakeLLMServer
 from tests.fakes.ollama_api import OLLAMA
 from tests.fakes.responses_api import RESPONSES
 
@@ -45,10 +45,13 @@ def client(d: Dialect, srv: FakeLLMServer, **kwargs: object) -> LLMClient:
     return LLMClient(d.kind, d.base_url(srv.root_url), api_key=SECRET, **kwargs)  # type: ignore[arg-type]
 
 
-def outcome(d: Dialect, srv: FakeLLMServer, **gate: object) -> BaseException | str:
+def outcome(
+    d: Dialect, srv: FakeLLMServer, max_line_bytes: int = 1 << 20, **gate: object
+) -> BaseException | str:
     try:
         with first_token_gate(**gate):  # type: ignore[arg-type]
-            return "".join(c.text for c in client(d, srv).invoke_llm("m", MESSAGES))
+            chunks = client(d, srv, max_line_bytes=max_line_bytes).invoke_llm("m", MESSAGES)
+            return "".join(c.text for c in chunks)
     except E.FirstGateError as exc:
         return exc
 
@@ -151,6 +154,36 @@ def test_error_statuses_are_typed(d: Dialect, code: int, cls: type, transient: b
         result = outcome(d, srv)
     assert type(result) is cls, result
     assert result.transient is transient and f"fake {code}" in str(result)
+
+
+def test_a_line_that_is_not_sse_among_the_events_is_an_error(d: Dialect) -> None:
+    if d.media_type != "text/event-stream":
+        pytest.skip("NDJSON has no framing to break: a line that is not JSON is ignored")
+
+    def scenario(conn: Conn) -> None:
+        d.start(conn)
+        # In one write with a token: the line reaches the decoder with the event.
+        token = sc.wire_bytes(lambda c: d.token(c, "a"))
+        conn.send(token + b"<html>a proxy's error page</html>\n\n")
+        d.finish(conn, 1)
+        conn.end()
+
+    with FakeLLMServer([scenario]) as srv:
+        result = outcome(d, srv, first_token_timeout=5)
+    assert isinstance(result, E.MalformedFrameError), result
+    assert "proxy" in str(result)
+
+
+def test_the_line_cap_holds_for_a_whole_line_in_one_read(d: Dialect) -> None:
+    def scenario(conn: Conn) -> None:
+        d.start(conn)
+        d.token(conn, "ok ")
+        conn.sleep(0.05)
+        d.big_event(conn, 5000)  # with its newline: complete lines in one read
+
+    with FakeLLMServer([scenario]) as srv:
+        result = outcome(d, srv, first_token_timeout=5, max_line_bytes=4096)
+    assert isinstance(result, E.FrameTooLargeError) and "4096" in str(result), result
 
 
 def test_silence_while_a_model_loads_is_the_first_token_wait(d: Dialect) -> None:
