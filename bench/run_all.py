@@ -31,6 +31,7 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.template_render", ["--renders=20000", "--isolated=200"], False),
     ("bench.validate", ["--repeat=5"], False),
     ("bench.app_modes", ["--turns=200", "--repeat=5"], False),
+    ("bench.protocols", ["--frames=100000", "--rounds=3", "--trials=30"], True),
 ]
 QUICK = {
     "bench.deadline": ["--trials=10"],
@@ -48,6 +49,7 @@ QUICK = {
     "bench.template_render": ["--renders=2000", "--isolated=20"],
     "bench.validate": ["--sizes=1000,10000", "--repeat=1", "--parse-nodes=400"],
     "bench.app_modes": ["--turns=20", "--repeat=1"],
+    "bench.protocols": ["--frames=20000", "--rounds=1", "--trials=10"],
 }
 
 

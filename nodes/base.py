@@ -59,6 +59,9 @@ class Needs:
     # What it hands to a plugin through the plugin daemon (named in messages): the
     # runtime refuses the run before it starts when the settings name no daemon.
     plugin: str = ""
+    # JSON schemas it hands a model as the answer's format: the loader asks each
+    # route's protocol whether it can express them (not compared or hashed).
+    json_schemas: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
 
 
 NO_NEEDS = Needs()

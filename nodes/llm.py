@@ -107,7 +107,12 @@ def output_names(data: Data) -> set[str]:
 
 
 def needs(data: Data) -> Needs:
-    return Needs(model_providers=frozenset({data.model.provider}), streams=frozenset({"text"}))
+    schemas = () if data.output_schema is None else (data.output_schema,)
+    return Needs(
+        model_providers=frozenset({data.model.provider}),
+        streams=frozenset({"text"}),
+        json_schemas=schemas,
+    )
 
 
 def messages_for(

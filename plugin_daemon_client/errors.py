@@ -28,6 +28,7 @@ FirstGateError (LocalizedError)     every error this package raises
 │   ├── RateLimitError              429, InvokeRateLimitError
 │   ├── AuthorizationError          401/403, InvokeAuthorizationError
 │   ├── BadRequestError             400/404/422, InvokeBadRequestError
+│   ├── ContentBlockedError         blocked for safety or policy (not transient)
 │   ├── RedirectError               3xx: redirects are never followed
 │   ├── InvokeConnectionError       the provider could not reach its model
 │   ├── ServerUnavailableError      502/503/504, InvokeServerUnavailableError
@@ -255,6 +256,14 @@ class AuthorizationError(InvokeError):
 
 class BadRequestError(InvokeError):
     message_key = "errors.invoke.badRequest"
+
+
+class ContentBlockedError(InvokeError):
+    """The provider refused the prompt or the answer for safety or policy
+    (Gemini's `blockReason` or `finishReason: SAFETY`, Anthropic's `refusal`, a
+    content filter): asking again gets the same answer."""
+
+    message_key = "errors.invoke.blocked"
 
 
 class RedirectError(InvokeError):

@@ -62,6 +62,10 @@ class SSEDecoder:
         return self._payloads(body.split(b"\n"))
 
     @property
+    def limit(self) -> int:
+        return self._max
+
+    @property
     def pending(self) -> bytes:
         """The unfinished last line kept so far."""
         return self._buffer

@@ -17,6 +17,7 @@ from firstgate.runtime.app_modes import EasyApp, compile_document
 from firstgate.runtime.dsl_models import Document, Edge, RawNode
 from firstgate.runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
 from firstgate.runtime.problems import DslError, NodeRef, Problem, problems_from_validation
+from firstgate.runtime.routes import ModelRoutes
 from firstgate.runtime.variable_pool import (
     SYS_VARIABLES,
     USER_INPUT,
@@ -219,7 +220,21 @@ class _Loader:
             nodes[node.id] = NodeDef(
                 node.id, data.title, node_type, spec, data, spec.needs(data), parent
             )
+            self.problems.extend(self._schema_problems(nodes[node.id], ref))
         return nodes
+
+    def _schema_problems(self, node: NodeDef, ref: NodeRef) -> Iterator[Problem]:
+        """A node's answer schema that a route it may take cannot express (only
+        with the settings the workflow will run with)."""
+        settings = self.context["settings"]
+        if settings is None or not node.needs.json_schemas:
+            return
+        routes = ModelRoutes(settings)
+        for provider in sorted(node.needs.model_providers):
+            for schema in node.needs.json_schemas:
+                for route, kind, why in routes.schema_problems(provider, dict(schema)):
+                    params = {"route": route, "kind": kind, "detail": why}
+                    yield Problem("dsl.models.schemaUnsupported", params, ref)
 
     def _edges(self, raw_edges: list[dict[str, Any]], nodes: dict[str, NodeDef]) -> list[EdgeDef]:
         edges: list[EdgeDef] = []

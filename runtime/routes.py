@@ -4,9 +4,11 @@ credential check made before a run starts."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from firstgate.locales.localized_error import LocalizedError
+from firstgate.plugin_daemon_client.protocols import PROTOCOLS
 from firstgate.plugin_daemon_client.redaction import MIN_SECRET_CHARS
 from firstgate.runtime.settings.providers import LOCAL, ProviderRoute, ProvidersSection
 
@@ -55,6 +57,19 @@ class ModelRoutes:
         """The provider's route, then its fallback routes, in order."""
         name, route = self.route_for(provider)
         return [(name, route), *((f, self.named(f)) for f in route.fallbacks)]
+
+    def schema_problems(
+        self, provider: str, schema: dict[str, Any]
+    ) -> Iterator[tuple[str, str, str]]:
+        """(route, kind, why) for each route of the provider's chain that takes a
+        JSON schema as the response format and whose protocol cannot express it."""
+        for name, route in self.chain_for(provider):
+            protocol = PROTOCOLS.get(route.kind)
+            if protocol is None or not route.takes_json_schema:
+                continue
+            problem = protocol.schema_problem(schema)
+            if problem is not None:
+                yield name, route.kind, problem
 
     def check(self, providers: Iterable[str]) -> None:
         """Fail before the run when a needed credential variable is unset

@@ -109,6 +109,13 @@ class WireProtocol(ABC):
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
 
+    @classmethod
+    def schema_problem(cls, schema: dict[str, Any]) -> str | None:
+        """Why this protocol cannot send `schema` (the answer's JSON schema), or
+        None. The loader asks it for every node whose schema goes to a route of
+        this protocol, so what cannot be said is a problem before any run."""
+        return None
+
     @abstractmethod
     def request(self, call: ChatCall) -> PreparedRequest: ...
 

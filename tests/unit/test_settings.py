@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from firstgate.nodes.config import DslModel
+from firstgate.plugin_daemon_client.protocols import PROTOCOLS
 from firstgate.runtime.problems import DslError
 from firstgate.runtime.routes import ModelRoutes, RouteError
 from firstgate.runtime.settings import RuntimeSettings, load_settings
@@ -44,7 +45,9 @@ def test_the_original_models_file_format_loads(tmp_path: Path) -> None:
 
 def test_an_unknown_kind_names_every_kind(tmp_path: Path) -> None:
     (line,) = problems(write(tmp_path, "providers:\n  a: {kind: grpc, base_url: 'http://h'}\n"))
-    assert "providers.a.kind must be one of openai-compatible, plugin-daemon, local" in line
+    kinds = ", ".join([*PROTOCOLS, "local"])
+    assert kinds.startswith("openai-compatible, plugin-daemon, anthropic, openai-responses")
+    assert f"providers.a.kind must be one of {kinds}" in line
     assert line.endswith('got "grpc"')
 
 
