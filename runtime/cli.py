@@ -63,8 +63,12 @@ def parse_inputs(pairs: Sequence[str]) -> dict[str, str]:
     return inputs
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="firstgate", description="Run Dify-style workflows.")
+def _parser(more_commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentParser:
+    """The runtime's commands; `more_commands` ((name, help) pairs) are listed after them
+    in `firstgate --help` (serve and worker: `firstgate` dispatches those before this parser)."""
+    parser = argparse.ArgumentParser(
+        prog="firstgate", description="Run, check and serve Dify-style workflows."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a workflow and stream its answer")
     run.add_argument("flow")
@@ -105,6 +109,8 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("--index", metavar="PATH", help="the index file (default: from settings)")
     index.add_argument("--models", "--settings", metavar="SETTINGS.yaml")
     index.add_argument("--locale")
+    for name, help_text in more_commands:
+        commands.add_parser(name, help=f"{help_text} (see `firstgate {name} --help`)")
     return parser
 
 
@@ -325,8 +331,10 @@ def cmd_index(args: argparse.Namespace, locale: str) -> int:
     return EXIT_OK
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(
+    argv: Sequence[str] | None = None, *, more_commands: Sequence[tuple[str, str]] = ()
+) -> int:
+    args = _parser(more_commands).parse_args(argv)
     locale = locales.normalize_locale(args.locale) if args.locale else locales.locale_from_env()
     try:
         if args.command == "validate":

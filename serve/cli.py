@@ -31,16 +31,31 @@ def _serve_parser():  # type: ignore[no-untyped-def]
         prog="firstgate serve",
         description="Serve Dify's Service API for every export in APPS_DIR, and the run console.",
     )
-    parser.add_argument("apps_dir", metavar="APPS_DIR")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=5001)
-    parser.add_argument("--models", "--settings", metavar="SETTINGS.yaml")
+    parser.add_argument(
+        "apps_dir", metavar="APPS_DIR", help="a folder of exports (.yml/.yaml), one app each"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=5001, help="the port to listen on (default: %(default)s)"
+    )
+    _add_settings_argument(parser)
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--state", metavar="DB", help="the SQLite state database")
+    where.add_argument(
+        "--state",
+        metavar="DB",
+        help="the SQLite state database (default: $FIRSTGATE_STATE, else "
+        "~/.local/share/firstgate/state.db)",
+    )
     where.add_argument(
         "--database-url", metavar="URL", help="a PostgreSQL database: postgresql://..."
     )
-    parser.add_argument("--uploads", metavar="DIR", help="where uploaded files are kept")
+    parser.add_argument(
+        "--uploads",
+        metavar="DIR",
+        help="where uploaded files are kept (default: uploads/ beside the SQLite database)",
+    )
     parser.add_argument(
         "--files-url",
         metavar="URL",
@@ -51,7 +66,9 @@ def _serve_parser():  # type: ignore[no-untyped-def]
         "--grace",
         type=float,
         default=30.0,
-        help="seconds runs in flight get to finish on SIGTERM before they are stopped",
+        metavar="SECONDS",
+        help="seconds runs in flight get to finish on SIGTERM before they are stopped "
+        "(default: %(default)g)",
     )
     parser.add_argument("--locale", help="language of messages (default: from LANG)")
     _add_connection_arguments(parser)
@@ -133,30 +150,48 @@ def _add_broker_arguments(parser, *, required: bool) -> None:  # type: ignore[no
         required=required,
         help="queue runs here for `firstgate worker` processes; events and stops go through it",
     )
-    group.add_argument("--queue", default="firstgate", help="the Celery queue's name")
+    group.add_argument(
+        "--queue", default="firstgate", help="the Celery queue's name (default: %(default)s)"
+    )
     group.add_argument(
         "--time-limit",
         type=float,
         default=defaults.DEFAULT_TIME_LIMIT_S,
-        help="seconds a run may take on a worker before it is ended as failed",
+        metavar="SECONDS",
+        help="seconds a run may take on a worker before it is ended as failed "
+        "(default: %(default)g)",
     )
     group.add_argument(
         "--visibility-timeout",
         type=float,
         default=defaults.DEFAULT_VISIBILITY_TIMEOUT_S,
-        help="seconds before the broker hands a taken, unacknowledged message out again",
+        metavar="SECONDS",
+        help="seconds before the broker hands a taken, unacknowledged message out again "
+        "(default: %(default)g)",
     )
     group.add_argument(
         "--lease",
         type=float,
         default=defaults.DEFAULT_LEASE_S,
-        help="seconds without a heartbeat after which a worker's run counts as lost",
+        metavar="SECONDS",
+        help="seconds without a heartbeat after which a worker's run counts as lost "
+        "(default: %(default)g)",
     )
     group.add_argument(
         "--max-attempts",
         type=int,
         default=1,
-        help="times a run is started in all when its worker is lost (1: never re-run)",
+        metavar="N",
+        help="times a run is started in all when its worker is lost (1, the default: never re-run)",
+    )
+
+
+def _add_settings_argument(parser) -> None:  # type: ignore[no-untyped-def]
+    parser.add_argument(
+        "--models",
+        "--settings",
+        metavar="SETTINGS.yaml",
+        help="the runtime settings file (default: every model on the embedded llama-server)",
     )
 
 
@@ -247,13 +282,19 @@ def _worker_parser():  # type: ignore[no-untyped-def]
         prog="firstgate worker",
         description="Run the workflows that `firstgate serve --broker` queues (a Celery worker).",
     )
-    parser.add_argument("apps_dir", metavar="APPS_DIR")
-    parser.add_argument("--models", "--settings", metavar="SETTINGS.yaml")
+    parser.add_argument(
+        "apps_dir", metavar="APPS_DIR", help="the same folder of exports serve is given"
+    )
+    _add_settings_argument(parser)
     parser.add_argument(
         "--database-url", metavar="URL", help="the PostgreSQL database serve uses: postgresql://..."
     )
     parser.add_argument(
-        "--concurrency", type=int, default=1000, help="runs at a time in this process (greenlets)"
+        "--concurrency",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="runs at a time in this process, as greenlets (default: %(default)s)",
     )
     parser.add_argument("--locale", help="language of messages (default: from LANG)")
     _add_broker_arguments(parser, required=True)
@@ -295,7 +336,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return worker_main(args[1:])
     from firstgate.runtime.cli import main as runtime_main
 
-    return runtime_main(args)
+    return runtime_main(args, more_commands=MORE_COMMANDS)
+
+
+# Listed by `firstgate --help` after the runtime's own commands.
+MORE_COMMANDS = (
+    ("serve", "serve Dify's Service API and the run console for a folder of exports"),
+    ("worker", "a Celery worker: runs the workflows `firstgate serve --broker` queues"),
+)
 
 
 if __name__ == "__main__":
