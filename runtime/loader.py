@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -16,7 +17,13 @@ from firstgate.runtime.ancestry import Ancestry
 from firstgate.runtime.app_modes import EasyApp, compile_document
 from firstgate.runtime.dsl_models import Document, Edge, RawNode
 from firstgate.runtime.graph import EdgeDef, Graph, NodeDef, find_cycle
-from firstgate.runtime.problems import DslError, NodeRef, Problem, problems_from_validation
+from firstgate.runtime.problems import (
+    DslError,
+    NodeRef,
+    Problem,
+    SourcePlace,
+    problems_from_validation,
+)
 from firstgate.runtime.routes import ModelRoutes
 from firstgate.runtime.variable_pool import (
     SYS_VARIABLES,
@@ -25,7 +32,7 @@ from firstgate.runtime.variable_pool import (
     start_sys_alias,
 )
 from firstgate.runtime.workflow import Workflow, declarations
-from firstgate.runtime.yaml_reader import read_yaml_mapping
+from firstgate.runtime.yaml_reader import Places, read_yaml_mapping
 from pydantic import ValidationError
 
 if TYPE_CHECKING:
@@ -51,10 +58,15 @@ def load_workflow(
     tool. Raises DslError listing every problem found, not only the first.
     """
     with _collector_paused():
-        raw = dict(source) if isinstance(source, Mapping) else read_document(source)
+        places = None
+        if isinstance(source, Mapping):
+            raw = dict(source)
+        else:
+            places = Places(source)  # each problem names the line of its node or edge
+            raw = read_yaml_mapping(source, places=places)
         # An easy-mode app (chat, agent-chat, completion) becomes its graph first.
         raw, easy = compile_document(raw, settings)
-        return _Loader(raw, settings, easy).load()
+        return _Loader(raw, settings, easy, places).load()
 
 
 @contextlib.contextmanager
@@ -78,9 +90,11 @@ class _Loader:
         raw: dict[str, Any],
         settings: RuntimeSettings | None = None,
         easy: EasyApp | None = None,
+        places: Places | None = None,
     ) -> None:
         self.raw = raw
         self.easy = easy
+        self.places = places
         # Node models read it from the validation context (`info.context["settings"]`).
         self.context = {"settings": settings}
         self.problems: list[Problem] = []
@@ -93,6 +107,12 @@ class _Loader:
             document = Document.model_validate(self.raw)
         except ValidationError as exc:
             raise DslError(problems_from_validation(exc)) from None
+        try:
+            return self._load(document)
+        except DslError as exc:
+            raise DslError(self._located(exc.problems)) from None
+
+    def _load(self, document: Document) -> Workflow:
         with counting_templates() as templates:
             nodes = self._nodes(document.workflow.graph.nodes)
         self._containers(nodes)
@@ -105,7 +125,11 @@ class _Loader:
         if not ancestry.acyclic:
             cycle = find_cycle(list(nodes), pairs) or []
             self.problems.append(
-                Problem("dsl.graph.cycle", {"cycle": " -> ".join(_label(nodes[n]) for n in cycle)})
+                Problem(
+                    "dsl.graph.cycle",
+                    {"cycle": " -> ".join(_label(nodes[n]) for n in cycle)},
+                    place=self._node_places().get(cycle[0]) if cycle else None,
+                )
             )
         env = {v.name: v.value for v in document.workflow.environment_variables}
         conversation = {v.name for v in document.workflow.conversation_variables}
@@ -186,6 +210,7 @@ class _Loader:
         nodes: dict[str, NodeDef] = {}
         unrun_containers = _unrun_containers(raw_nodes)
         for index, raw_node in enumerate(raw_nodes):
+            place = self._item_place("nodes", index)
             parent = _container_of(raw_node)
             if parent is not None and parent in unrun_containers:
                 # Inside a container that is refused as a whole: its nodes are
@@ -196,7 +221,10 @@ class _Loader:
                 node = RawNode.model_validate(raw_node)
             except ValidationError as exc:
                 self.problems.extend(
-                    problems_from_validation(exc, prefix=f"workflow.graph.nodes[{index}]")
+                    _at(
+                        place,
+                        problems_from_validation(exc, prefix=f"workflow.graph.nodes[{index}]"),
+                    )
                 )
                 continue
             if node.type in _DECORATIVE_NODE_TYPES:
@@ -204,17 +232,17 @@ class _Loader:
             node_type = _plain(node.data.get("type", ""))
             ref = NodeRef(node.id, _plain(node.data.get("title", "")), node_type or "?")
             if node.id in nodes:
-                self.problems.append(Problem("dsl.node.duplicateId", {}, ref))
+                self.problems.append(Problem("dsl.node.duplicateId", {}, ref, place=place))
                 continue
             spec = NODE_TYPES.get(node_type)
             if spec is None:
                 self.broken.add(node.id)
-                self.problems.append(_unsupported(node_type, ref))
+                self.problems.extend(_at(place, [_unsupported(node_type, ref)]))
                 continue
             try:
                 data = spec.data_model.model_validate(node.data, context=self.context)
             except ValidationError as exc:
-                self.problems.extend(problems_from_validation(exc, ref))
+                self.problems.extend(_at(place, problems_from_validation(exc, ref)))
                 self.broken.add(node.id)
                 continue
             nodes[node.id] = NodeDef(
@@ -241,17 +269,24 @@ class _Loader:
         known_ids = {str(n.get("id")) for n in self.raw_nodes()}
         handles: dict[str, set[str]] = {}  # node id -> the handles its edges may leave by
         for index, raw_edge in enumerate(raw_edges):
+            place = self._item_place("edges", index)
             try:
                 edge = Edge.model_validate(raw_edge)
             except ValidationError as exc:
                 self.problems.extend(
-                    problems_from_validation(exc, prefix=f"workflow.graph.edges[{index}]")
+                    _at(
+                        place,
+                        problems_from_validation(exc, prefix=f"workflow.graph.edges[{index}]"),
+                    )
                 )
                 continue
-            name = edge.id or f"#{index}"
+            # An edge without an id is named by its position, counted from 1 (and its line).
+            name = edge.id or f"#{index + 1}"
             missing = [end for end in (edge.source, edge.target) if end not in known_ids]
             for end in missing:
-                self.problems.append(Problem("dsl.edge.missingNode", {"edge": name, "node": end}))
+                self.problems.append(
+                    Problem("dsl.edge.missingNode", {"edge": name, "node": end}, place=place)
+                )
             if missing or edge.source not in nodes or edge.target not in nodes:
                 self.dropped_edges = True
                 continue  # the node itself was reported
@@ -262,6 +297,7 @@ class _Loader:
                         "dsl.edge.crossesContainer",
                         {"edge": name, "node": edge.target},
                         _ref(source),
+                        place=place,
                     )
                 )
                 self.dropped_edges = True
@@ -281,12 +317,45 @@ class _Loader:
                             "allowed": ", ".join(sorted(allowed)),
                         },
                         _ref(source),
+                        place=place,
                     )
                 )
                 self.dropped_edges = True
                 continue
             edges.append(EdgeDef(name, edge.source, edge.target, edge.sourceHandle))
         return edges
+
+    def _place(self, raw: Any) -> SourcePlace | None:
+        return None if self.places is None else self.places.of(raw)
+
+    def _item_place(self, kind: str, index: int) -> SourcePlace | None:
+        """Where `workflow.graph.<kind>[index]` is written (validation copied the items,
+        so they are looked up in the document as read)."""
+        if self.places is None:
+            return None
+        items = self.raw.get("workflow", {}).get("graph", {}).get(kind)
+        return self._place(items[index]) if isinstance(items, list) and index < len(items) else None
+
+    def _node_places(self) -> dict[str, SourcePlace]:
+        """Node id -> where the node is written (the first node of that id)."""
+        found: dict[str, SourcePlace] = {}
+        for raw_node in self.raw_nodes():
+            place = self._place(raw_node)
+            if place is not None:
+                found.setdefault(str(raw_node.get("id")), place)
+        return found
+
+    def _located(self, problems: list[Problem]) -> list[Problem]:
+        """Every problem about a node, and not yet placed, gets the node's line."""
+        if self.places is None or all(p.place or p.node is None for p in problems):
+            return problems
+        places = self._node_places()
+        return [
+            dataclasses.replace(p, place=places.get(p.node.id))
+            if p.place is None and p.node is not None
+            else p
+            for p in problems
+        ]
 
     def raw_nodes(self) -> list[dict[str, Any]]:
         graph = self.raw.get("workflow", {}).get("graph", {})
@@ -431,6 +500,13 @@ def _build_graph(
         return Graph(nodes=own, edges=links.get(parent, []), start_id=start, children=children)
 
     return build(None, start_id)
+
+
+def _at(place: SourcePlace | None, problems: list[Problem]) -> list[Problem]:
+    """The problems, each placed at `place` unless it has a place of its own."""
+    if place is None:
+        return problems
+    return [p if p.place is not None else dataclasses.replace(p, place=place) for p in problems]
 
 
 def _plain(value: Any) -> str:

@@ -66,24 +66,33 @@ class Problem:
     place: SourcePlace | None = None
 
     def render(self, locale: str | None = None) -> str:
+        """`FILE, line L, column C: node ID "TITLE" (TYPE): FIELD what is wrong`, each
+        part there when known."""
         detail = locales.t(self.message_key, locale, **self.params)
         if self.field:
             detail = f"{self.field} {detail}"
+        parts: list[str] = []
         if self.place is not None:
-            where = locales.t(
-                "dsl.location.file",
-                locale,
-                path=self.place.path,
-                line=self.place.line,
-                column=self.place.column,
+            parts.append(
+                locales.t(
+                    "dsl.location.file",
+                    locale,
+                    path=self.place.path,
+                    line=self.place.line,
+                    column=self.place.column,
+                )
             )
-            detail = f"{where}: {detail}"
-        if self.node is None:
-            return detail
-        where = locales.t(
-            "dsl.location.node", locale, id=self.node.id, title=self.node.title, type=self.node.type
-        )
-        return f"{where}: {detail}"
+        if self.node is not None:
+            parts.append(
+                locales.t(
+                    "dsl.location.node",
+                    locale,
+                    id=self.node.id,
+                    title=self.node.title,
+                    type=self.node.type,
+                )
+            )
+        return ": ".join([*parts, detail])
 
     def __str__(self) -> str:
         return self.render()

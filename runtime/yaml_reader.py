@@ -60,7 +60,23 @@ class YamlProblem(Exception):
         self.params = params
 
 
-def read_yaml(source: str | Path) -> Any:
+class Places:
+    """Where the mappings that are items of a sequence begin (a workflow's nodes and
+    edges): filled while reading when passed to `read_yaml`. Looked up by identity,
+    so it answers only while the document it was filled from is alive."""
+
+    __slots__ = ("path", "_starts")
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._starts: dict[int, tuple[int, int]] = {}
+
+    def of(self, value: Any) -> SourcePlace | None:
+        start = self._starts.get(id(value))
+        return None if start is None else SourcePlace(self.path, *start)
+
+
+def read_yaml(source: str | Path, *, places: Places | None = None) -> Any:
     """The document in a YAML file (None when empty). Raises DslError naming the file."""
     path = Path(source)
     try:
@@ -75,7 +91,7 @@ def read_yaml(source: str | Path) -> Any:
         raise DslError(
             [Problem("dsl.file.unreadable", {"path": str(path), "detail": detail})], source=path
         ) from None
-    return parse_yaml(raw, path)
+    return parse_yaml(raw, path, places=places)
 
 
 def read_yaml_mapping(
@@ -83,6 +99,7 @@ def read_yaml_mapping(
     *,
     empty: dict[str, Any] | None = None,
     not_mapping: str = "dsl.file.notMapping",
+    places: Places | None = None,
 ) -> dict[str, Any]:
     """`read_yaml` for files whose top level must be a mapping.
 
@@ -90,7 +107,7 @@ def read_yaml_mapping(
     file), else it is refused like any other non-mapping document, with the
     message `not_mapping` (which says what the file should have been).
     """
-    document = read_yaml(source)
+    document = read_yaml(source, places=places)
     if document is None and empty is not None:
         return dict(empty)
     if not isinstance(document, dict):
@@ -98,11 +115,18 @@ def read_yaml_mapping(
     return document
 
 
-def parse_yaml(raw: bytes | str, source: str | Path, *, loader: type[Any] | None = None) -> Any:
+def parse_yaml(
+    raw: bytes | str,
+    source: str | Path,
+    *,
+    loader: type[Any] | None = None,
+    places: Places | None = None,
+) -> Any:
     """The document in `raw` (bytes are decoded as UTF-8), with every check above.
 
     `source` names the document in messages; `loader` picks a PyYAML loader
-    class from `LOADERS` (default: the fastest).
+    class from `LOADERS` (default: the fastest); `places`, when given, is filled
+    with where the document's sequence items that are mappings begin.
     """
     path = str(source)
     if len(raw) > MAX_BYTES:
@@ -111,7 +135,7 @@ def parse_yaml(raw: bytes | str, source: str | Path, *, loader: type[Any] | None
     text = ""
     try:
         text = _decode(raw) if isinstance(raw, bytes) else raw.removeprefix("\ufeff")
-        return _load(text, loader or LOADERS[0])
+        return _load(text, loader or LOADERS[0], places)
     except YamlProblem as exc:
         line, column = exc.where
         problem = Problem(exc.message_key, exc.params, place=SourcePlace(path, line, column))
@@ -205,8 +229,10 @@ class _Builder:
     Aliases share the object they refer to (as PyYAML's loaders do).
     """
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, places: Places | None = None) -> None:
         self.loader = loader
+        # Where a mapping inside a sequence begins, by the mapping's identity.
+        self.starts = None if places is None else places._starts
         self.stack: list[_Open] = []
         self.anchors: dict[str, _Anchored] = {}
         self.plain: dict[str, Any] = {}
@@ -308,6 +334,8 @@ class _Builder:
             raise YamlProblem("dsl.file.tag", _where(event.start_mark), tag=_q(event.tag))
         self._grow(1, event.start_mark, written=True)
         value: list[Any] | dict[Any, Any] = {} if is_map else []
+        if self.starts is not None and is_map and self.stack and type(self.stack[-1].value) is list:
+            self.starts[id(value)] = _where(event.start_mark)
         self.stack.append(_Open(value, event.anchor, self.expanded - 1))
         if event.anchor is not None:
             self.anchors[event.anchor] = _Anchored(value, 0, 0, open=True)
@@ -388,10 +416,10 @@ def _q(value: Any) -> str:
     return shown(value, QUOTE_CHARS)
 
 
-def _load(text: str, loader_class: type[Any]) -> Any:
+def _load(text: str, loader_class: type[Any], places: Places | None = None) -> Any:
     loader = loader_class(text)
     try:
-        return _Builder(loader).build()
+        return _Builder(loader, places).build()
     except RecursionError:  # a safety net: the depth bound should make this unreachable
         raise YamlProblem("dsl.file.tooDeep", (1, 1), limit=MAX_DEPTH) from None
     finally:
