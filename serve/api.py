@@ -20,6 +20,7 @@ from firstgate.nodes.files import DEFAULT_SIZE_LIMITS, MB, FileType
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.sandbox.executor import CodeExecutor
 from firstgate.serve import bodies, uploads
+from firstgate.serve.access_log import APP_ENVIRON_KEY
 from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.completion import CompletionBody, CompletionReply, not_completion_app
 from firstgate.serve.errors import (
@@ -183,6 +184,7 @@ class ServiceApi:
             if endpoint.startswith(("console", "public")):
                 return handler(request, **values)
             app = self._app(request)
+            request.environ[APP_ENVIRON_KEY] = app.stem  # for the access log
             return handler(request, app, **values)
         except ApiError as exc:
             return _error(exc, locale)

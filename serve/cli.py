@@ -70,6 +70,12 @@ def _serve_parser():  # type: ignore[no-untyped-def]
         help="seconds runs in flight get to finish on SIGTERM before they are stopped "
         "(default: %(default)g)",
     )
+    parser.add_argument(
+        "--no-access-log",
+        dest="access_log",
+        action="store_false",
+        help="write no line per request on stderr (default: one per request)",
+    )
     parser.add_argument("--locale", help="language of messages (default: from LANG)")
     _add_connection_arguments(parser)
     _add_broker_arguments(parser, required=False)
@@ -268,6 +274,7 @@ def serve_main(argv: Sequence[str]) -> int:
                 header_s=args.header_timeout,
                 max_connections=args.max_connections,
             ),
+            access_log=args.access_log,
         )
         return serve_forever(config)
     except LocalizedError as exc:

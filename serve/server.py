@@ -32,6 +32,7 @@ from firstgate.runtime.limits import RunLimits
 from firstgate.runtime.route_clients import RouteClients, SharedClients
 from firstgate.runtime.routes import ModelRoutes
 from firstgate.runtime.settings import RuntimeSettings
+from firstgate.serve.access_log import AccessLog
 from firstgate.serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
 from firstgate.serve.apps import AppDirectory, load_directory
 from firstgate.serve.connection_limits import ConnectionLimits
@@ -68,6 +69,7 @@ class ServeConfig:
     connections: ConnectionLimits = ConnectionLimits()
     # Where file links point (Dify's FILES_URL); None: the address served on.
     files_url: str | None = None
+    access_log: bool = True  # a line per request on stderr (serve/access_log.py)
 
 
 def raise_open_file_limit() -> None:
@@ -214,9 +216,10 @@ def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None)
     # What start-up built (workflows, settings, clients) lives as long as the
     # process: out of the collector's way, so its full passes stay short.
     gc.freeze()
+    application = AccessLog(service.api) if config.access_log else service.api
     server = WSGIServer(
         (config.host, config.port),
-        service.api,
+        application,
         log=None,
         error_log=log,
         backlog=2048,

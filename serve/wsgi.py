@@ -4,7 +4,8 @@
 
 Settings come from the environment: `FIRSTGATE_APPS_DIR` (required),
 `FIRSTGATE_MODELS` (the settings file), `FIRSTGATE_DATABASE_URL` or
-`FIRSTGATE_STATE`, `FIRSTGATE_UPLOADS`, `FIRSTGATE_GRACE`, `FIRSTGATE_FILES_URL`. One worker
+`FIRSTGATE_STATE`, `FIRSTGATE_UPLOADS`, `FIRSTGATE_GRACE`, `FIRSTGATE_FILES_URL`,
+`FIRSTGATE_ACCESS_LOG` (`off`: no line per request on stderr). One worker
 process: runs and their stop requests live in the process that started them.
 With `FIRSTGATE_BROKER` (and the other settings of `serve --broker`, see
 `serve.distributed.settings.settings_from_env`) runs execute on `firstgate
@@ -17,6 +18,7 @@ import os
 from pathlib import Path
 
 from firstgate.runtime.settings import load_settings
+from firstgate.serve.access_log import AccessLog
 from firstgate.serve.distributed.settings import require_shared_store, settings_from_env
 from firstgate.serve.file_links import files_base_url
 from firstgate.serve.server import DEFAULT_GRACE_S, ServeConfig, Service, build_service, report_apps
@@ -56,4 +58,6 @@ def application():  # type: ignore[no-untyped-def]
     if SERVICE is None:
         SERVICE = build_service(config_from_env(), os.environ)
         report_apps(SERVICE.context.apps, None)
-    return SERVICE.api
+    if os.environ.get("FIRSTGATE_ACCESS_LOG", "").strip().lower() in ("off", "0", "false", "no"):
+        return SERVICE.api
+    return AccessLog(SERVICE.api)
