@@ -12,9 +12,11 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
+from celery.exceptions import SecurityWarning
 from celery.signals import worker_ready
 from firstgate.locales import t
 from firstgate.runtime.limits import RunLimits
@@ -23,6 +25,9 @@ from firstgate.serve.apps import load_directory
 from firstgate.serve.distributed.settings import DistributedSettings
 from firstgate.serve.distributed.worker import build_worker
 from firstgate.serve.server import ServeConfig, open_resources, raise_open_file_limit, report_apps
+
+# The start of Celery's warning to a worker run as root (celery.platforms.ROOT_DISCOURAGED).
+ROOT_WARNING = "You're running the worker with superuser privileges"
 
 
 def run_worker(
@@ -68,17 +73,22 @@ def run_worker(
     gc.freeze()
     runtime.start_background()
     try:
-        worker = celery.Worker(
-            pool="gevent",
-            concurrency=concurrency,
-            hostname=f"firstgate@{runtime.worker_id}",
-            queues=[distributed.queue],
-            without_heartbeat=True,
-            without_mingle=True,
-            without_gossip=True,
-            loglevel="WARNING",
-            quiet=True,
-        )
+        with warnings.catch_warnings():
+            # As root, Celery warns to use its `--uid` option, which `firstgate worker`
+            # does not take. Its reason is pickle (root plus pickle is refused, not
+            # warned about); this worker accepts JSON only (celery_app.py).
+            warnings.filterwarnings("ignore", message=ROOT_WARNING, category=SecurityWarning)
+            worker = celery.Worker(
+                pool="gevent",
+                concurrency=concurrency,
+                hostname=f"firstgate@{runtime.worker_id}",
+                queues=[distributed.queue],
+                without_heartbeat=True,
+                without_mingle=True,
+                without_gossip=True,
+                loglevel="WARNING",
+                quiet=True,
+            )
         worker.start()
         return int(worker.exitcode or 0)
     finally:
