@@ -42,7 +42,7 @@ model: setup
 	$(BIN)/python -m firstgate.runtime.local_model fetch
 
 demo: model
-	$(BIN)/firstgate run examples/chat.yml --input query="Name three colours of the rainbow."
+	$(BIN)/firstgate run examples/chat.yml --query "Name three colours of the rainbow."
 
 test-threads: model
 	FIRSTGATE_E2E_REQUIRED=1 $(BIN)/python -m pytest -q tests

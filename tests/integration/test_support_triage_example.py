@@ -26,10 +26,8 @@ def model(category: str) -> fake.Scenario:
     return ma.script(
         [
             (ma.mentions("category_id"), ma.answer(json.dumps({"category_id": category}))),
-            (
-                ma.mentions("order_number"),
-                ma.answer('{"order_number": "4512", "problem": "cracked mug"}'),
-            ),
+            (ma.mentions("order_number"), ma.answer('{"order_number": 4512}')),
+            (ma.mentions("saying sorry"), ma.answer("Sorry about the mug!", pieces=3)),
             (ma.mentions("friendly reply"), ma.answer("Sorry about the mug!", pieces=3)),
         ]
     )
@@ -58,13 +56,13 @@ def test_an_order_message_is_classified_extracted_and_answered(tmp_path: Path) -
     assert isinstance(done, ev.WorkflowSucceeded), done
     assert done.outputs == {
         "category": "A problem with an order or a delivery",
-        "order_number": "4512",
+        "order_number": 4512,
         "extracted": 1,
         "reply": "Sorry about the mug!",
     }
     assert len(bodies) == 3
     assert [b["stream"] for b in bodies] == [False, False, True]
-    assert "Order 4512: cracked mug." in bodies[2]["messages"][1]["content"]
+    assert "sorry that order 4512 had a problem" in bodies[2]["messages"][0]["content"]
 
 
 def test_anything_else_takes_the_other_branch(tmp_path: Path) -> None:
@@ -91,4 +89,4 @@ def test_the_example_runs_from_the_command_line(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     finished = run_events.finished_line(lines)
     assert finished["data"]["status"] == "succeeded"
-    assert finished["data"]["outputs"]["order_number"] == "4512"
+    assert finished["data"]["outputs"]["order_number"] == 4512
