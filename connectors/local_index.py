@@ -93,11 +93,14 @@ class LocalIndex:
                 "errors.knowledge.noIndex", index=str(self.path), dataset=self.path.stem
             )
         try:
+            if create:  # `firstgate index DIR --index kb/handbook.sqlite`: kb/ may be new
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise KnowledgeError(
-                "errors.knowledge.badIndex", index=str(self.path), detail=str(exc)
+                "errors.knowledge.badIndex", index=str(self.path), detail=detail
             ) from None
         self._lock = threading.Lock()
 
