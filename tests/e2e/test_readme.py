@@ -46,6 +46,9 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 SHELLS = ("sh", "bash", "shell", "console")
 NOT_RUN_LIMIT = 3
+# Commands that change the machine or the project's venv (which the clone shares):
+# a block with one must be marked `not run`, never run by accident.
+INSTALLS = re.compile(r"^\s*(make|apt-get|apt|pip|\.venv/bin/pip|sudo)\b", re.MULTILINE)
 README_PG_URL = "postgresql://firstgate:firstgate@127.0.0.1:5432/firstgate"
 # What a server prints once it takes requests: serve, gunicorn, a worker, Redis.
 READY = re.compile(
@@ -101,6 +104,8 @@ SECTIONS = list(dict.fromkeys(b.section for b in BLOCKS if not b.marker.startswi
 def test_every_shell_block_runs_or_says_why_not() -> None:
     for block in BLOCKS:
         assert block.marker in ("", "server") or block.marker.startswith("not run: "), block
+        if not block.marker.startswith("not run"):
+            assert not INSTALLS.search(block.script), f"README line {block.line}: mark it not run"
     not_run = [b for b in BLOCKS if b.marker.startswith("not run")]
     assert len(not_run) <= NOT_RUN_LIMIT, [b.line for b in not_run]
     for block in not_run:
@@ -158,6 +163,7 @@ class Section:
         return text
 
     def run(self, block: Block) -> None:
+        assert not INSTALLS.search(block.script), f"README line {block.line}: mark it not run"
         if block.marker == "server":
             self.start(block)
             return
