@@ -28,7 +28,7 @@ $(LLAMA_WHEEL):
 SDKS := $(VENV)/sdks
 SDK_PINS := dify-client==0.1.10 dify-client-python==1.0.3
 
-$(STAMP): pyproject.toml $(LLAMA_WHEEL)
+$(STAMP): pyproject.toml setup.py $(LLAMA_WHEEL)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --find-links $(WHEELS) -e '.[test,local]'
 	for pin in $(SDK_PINS); do \

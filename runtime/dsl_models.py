@@ -14,7 +14,10 @@ from firstgate.nodes.base import LEGACY_SUCCESS_HANDLE, SUCCESS_HANDLE
 from firstgate.nodes.config import DslModel, dsl_error, shown
 from pydantic import BeforeValidator, Field, model_validator
 
-Mode = Literal["workflow", "advanced-chat"]
+# The graph modes; an easy mode (chat, agent-chat, completion) is compiled into
+# one of them before this model sees it (`runtime/app_modes/`), but it is named
+# here too, so that a mode Dify does not have is told every mode Dify has.
+Mode = Literal["workflow", "advanced-chat", "chat", "agent-chat", "completion"]
 
 
 def _handle(value: Any) -> str:

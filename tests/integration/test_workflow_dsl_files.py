@@ -228,9 +228,10 @@ def test_bad_yaml_and_missing_file_are_dsl_errors(tmp_path: Path) -> None:
 
 def test_bad_mode_and_edge_handle(tmp_path: Path) -> None:
     doc = copy.deepcopy(GOOD)
-    doc["app"]["mode"] = "agent-chat"
+    doc["app"]["mode"] = "assistant"
     assert problems(tmp_path, doc) == [
-        'app.mode must be one of workflow, advanced-chat, got "agent-chat"'
+        "app.mode must be one of workflow, advanced-chat, chat, agent-chat, completion,"
+        ' got "assistant"'
     ]
     doc = copy.deepcopy(GOOD)
     doc["workflow"]["graph"]["edges"][1]["sourceHandle"] = "fail-branch"
