@@ -54,6 +54,8 @@ class ProcessSandboxConfig:
     output_limits: OutputLimits = field(default_factory=OutputLimits)
     # The Jinja2 options template jobs use (see WorkerConfig.jinja_options).
     jinja_options: dict[str, Any] | None = None
+    # Tests only (not in the settings file): see WorkerConfig.landlock_max_abi.
+    landlock_max_abi: int | None = None
 
 
 class ProcessSandbox:
@@ -105,6 +107,7 @@ class ProcessSandbox:
             network=self.config.network,
             require_landlock=self.config.require_landlock,
             jinja_options=self.config.jinja_options,
+            landlock_max_abi=self.config.landlock_max_abi,
         )
 
     def _add_worker(self) -> None:

@@ -67,6 +67,9 @@ class WorkerConfig:
     # ahead (its lexer is cached) so a template job only compiles its template.
     jinja_options: dict[str, Any] | None = None
     start_timeout_s: float = 30.0
+    # Tests only: use no Landlock feature newer than this ABI, as on an older
+    # kernel (below 6: no signal scope), to show what the other layers hold alone.
+    landlock_max_abi: int | None = None
 
 
 @dataclass
@@ -152,6 +155,7 @@ class WorkerProcess:
                 "jinja_options": config.jinja_options,
                 "limits": config.limits.as_frame(),
                 "node": config.node,
+                "landlock_max_abi": config.landlock_max_abi,
             },
         )
         deadline = time.monotonic() + config.start_timeout_s

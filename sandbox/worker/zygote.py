@@ -98,7 +98,10 @@ def confine(config: dict[str, Any]) -> dict[str, Any]:
     seccomp.no_new_privs()
     try:
         report["landlock"] = landlock.restrict(
-            config["read_only"], config["writable"], network=config["network"]
+            config["read_only"],
+            config["writable"],
+            network=config["network"],
+            max_abi=config.get("landlock_max_abi"),
         )
     except OSError as exc:
         report["landlock"] = None
