@@ -37,6 +37,7 @@ from firstgate.sandbox.worker_process import (
     WorkerConfig,
     WorkerProcess,
     WorkerTimeout,
+    reap_stale_dirs,
 )
 
 # How often a caller waiting for a free worker looks at its cancel token.
@@ -85,6 +86,7 @@ class ProcessSandbox:
                 raise CodeRuntimeUnavailableError("errors.code.executorClosed")
             self._worker_config = self._make_worker_config()
             self._started = True
+        reap_stale_dirs()
         threads = [
             threading.Thread(target=self._add_worker, daemon=True)
             for _ in range(max(1, self.config.workers))

@@ -2,8 +2,9 @@
 the job processes it forks, stop it.
 
 The worker (`sandbox/worker/zygote.py`) runs `python -I` with the scrubbed
-environment of `confinement.BASE_ENV`, in a fresh temporary directory, in a
-session of its own (a terminal's Ctrl-C reaches the runtime, which aborts the
+environment of `confinement.BASE_ENV`, in a fresh temporary directory (which
+the runtime marks as its own with a lock held while it lives, and the worker's
+janitor removes when the runtime is gone), in a session of its own (a terminal's Ctrl-C reaches the runtime, which aborts the
 run, not the worker). It talks over a socket pair with length-prefixed JSON
 frames, and hands over each job process it forks as a `Channel` (the job
 process's socket and a pidfd). The runtime sends the job and reads the
@@ -15,6 +16,7 @@ send is untrusted: every read has a size cap and a deadline.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from firstgate.sandbox.confinement import WRITABLE_DEVICES
 from firstgate.sandbox.errors import CodeRuntimeUnavailableError
 from firstgate.sandbox.executor import Cancellable
 from firstgate.sandbox.worker import framing
@@ -36,6 +39,10 @@ ZYGOTE = str(Path(__file__).resolve().parent / "worker" / "zygote.py")
 # How much longer than a job's timeout the runtime waits for the worker itself
 # (a job process to hand out, how one ended) before it calls the worker broken.
 GRACE_S = 2.0
+# Every worker directory is <temp>/firstgate-sandbox-*, with OWNER_MARK in it:
+# a file its runtime holds an exclusive flock on while it lives.
+DIR_PREFIX = "firstgate-sandbox-"
+OWNER_MARK = ".owner"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,8 @@ class SandboxLimits:
     open_files: int = 64
     processes: int = 32
     output_bytes: int = 4 * 1024 * 1024
+    # All job directories of one worker together (checked every 0.1 s).
+    disk_mb: int = 64
 
     def as_frame(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -106,21 +115,65 @@ class WorkerTimeout(WorkerBroken):
     pass
 
 
+def make_worker_dir() -> tuple[str, int]:
+    """A fresh worker directory, and the descriptor of its owner mark, locked."""
+    while True:
+        path = tempfile.mkdtemp(prefix=DIR_PREFIX)
+        mark = os.open(
+            os.path.join(path, OWNER_MARK), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600
+        )
+        fcntl.flock(mark, fcntl.LOCK_EX)
+        if os.fstat(mark).st_nlink:  # not reaped between its creation and the lock
+            return path, mark
+        os.close(mark)
+
+
+def reap_stale_dirs(root: str | None = None) -> list[str]:
+    """Remove the worker directories whose runtime is gone (nobody holds their
+    owner mark): what a runtime killed together with its workers leaves. A
+    directory without a mark, or not ours, is left alone."""
+    removed: list[str] = []
+    with os.scandir(root or tempfile.gettempdir()) as entries:
+        for entry in entries:
+            if not entry.name.startswith(DIR_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.stat(follow_symlinks=False).st_uid == os.geteuid() and _reap(entry.path):
+                    removed.append(entry.path)
+    return removed
+
+
+def _reap(path: str) -> bool:
+    mark = os.open(os.path.join(path, OWNER_MARK), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(mark, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # its runtime is alive
+        shutil.rmtree(path, ignore_errors=True)  # the mark goes first: see make_worker_dir
+        return True
+    finally:
+        os.close(mark)
+
+
 class WorkerProcess:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
-        self.base_dir = tempfile.mkdtemp(prefix="firstgate-sandbox-")
+        self.base_dir, self._owner_mark = make_worker_dir()
         self.isolation: dict[str, Any] = {}
+        self.janitor_pid: int | None = None  # the worker's janitor, once it is ready
         self._send_lock = threading.Lock()
         self._spare: deque[Channel] = deque()  # Python/Jinja2 job processes, forked ahead
         self._spawned: deque[Channel] = deque()  # Node.js ones, forked on request
         ours, theirs = socket.socketpair()
         self._sock = ours
+        # The janitor's pipe: its end of file tells the worker's janitor the runtime is gone.
+        watched, self._alive = os.pipe()
         try:
             with open(os.path.join(self.base_dir, "worker.log"), "wb") as log:
                 self.process = subprocess.Popen(
-                    [config.python, "-I", ZYGOTE, str(theirs.fileno())],
-                    pass_fds=(theirs.fileno(),),
+                    [config.python, "-I", ZYGOTE, str(theirs.fileno()), str(watched)],
+                    pass_fds=(theirs.fileno(), watched),
                     env=dict(config.env),
                     cwd=self.base_dir,
                     stdin=subprocess.DEVNULL,
@@ -133,6 +186,7 @@ class WorkerProcess:
             raise CodeRuntimeUnavailableError("errors.code.workerStart", detail=str(exc)) from exc
         finally:
             theirs.close()
+            os.close(watched)
         try:
             self._handshake()
         except BaseException:
@@ -150,7 +204,8 @@ class WorkerProcess:
             {
                 "base_dir": self.base_dir,
                 "read_only": list(config.read_only),
-                "writable": [self.base_dir, "/dev/null"],
+                "writable": [self.base_dir, *WRITABLE_DEVICES],
+                "devices": list(WRITABLE_DEVICES),
                 "network": config.network,
                 "jinja_options": config.jinja_options,
                 "limits": config.limits.as_frame(),
@@ -169,6 +224,8 @@ class WorkerProcess:
         if not isinstance(isolation, dict):
             raise CodeRuntimeUnavailableError("errors.code.workerStart", detail=repr(ready)[:200])
         self.isolation = isolation
+        if isinstance(ready.get("janitor"), int):
+            self.janitor_pid = ready["janitor"]
         if not isolation.get("seccomp"):
             raise CodeRuntimeUnavailableError(
                 "errors.code.isolationMissing",
@@ -320,3 +377,7 @@ class WorkerProcess:
 
     def _cleanup_files(self) -> None:
         shutil.rmtree(self.base_dir, ignore_errors=True)
+        for fd in (self._alive, self._owner_mark):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._alive = self._owner_mark = -1
