@@ -2,10 +2,11 @@
 the job processes it forks, stop it.
 
 The worker (`sandbox/worker/zygote.py`) runs `python -I` with the scrubbed
-environment of `confinement.BASE_ENV`, in a fresh temporary directory (which
-the runtime marks as its own with a lock held while it lives, and the worker's
-janitor removes when the runtime is gone), in a session of its own (a terminal's Ctrl-C reaches the runtime, which aborts the
-run, not the worker). It talks over a socket pair with length-prefixed JSON
+environment of `confinement.BASE_ENV`, in a fresh temporary directory (marked
+as the runtime's by a lock the runtime holds while it lives; the worker's
+janitor removes it when the runtime lets go, even by dying), in a session of
+its own (a terminal's Ctrl-C reaches the runtime, which aborts the run, not
+the worker). It talks over a socket pair with length-prefixed JSON
 frames, and hands over each job process it forks as a `Channel` (the job
 process's socket and a pidfd). The runtime sends the job and reads the
 result directly, with the job's deadline and the result's size cap, and ends
@@ -150,7 +151,9 @@ def _reap(path: str) -> bool:
             fcntl.flock(mark, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False  # its runtime is alive
-        shutil.rmtree(path, ignore_errors=True)  # the mark goes first: see make_worker_dir
+        # A runtime making this directory right now waits for the lock, then
+        # finds its mark unlinked and makes another (see make_worker_dir).
+        shutil.rmtree(path, ignore_errors=True)
         return True
     finally:
         os.close(mark)
@@ -364,6 +367,7 @@ class WorkerProcess:
         self._spawned.clear()
         with contextlib.suppress(OSError):
             self._sock.close()
+        self._let_go()  # the janitor removes the directory, the worker waits for it
         try:
             self.process.wait(grace_s)
         except subprocess.TimeoutExpired:
@@ -375,9 +379,15 @@ class WorkerProcess:
             self.process.wait(5.0)
         self._cleanup_files()
 
+    def _let_go(self) -> None:
+        """Close the janitor's pipe: its end of file tells the janitor we are done."""
+        with contextlib.suppress(OSError):
+            os.close(self._alive)
+        self._alive = -1
+
     def _cleanup_files(self) -> None:
+        self._let_go()
         shutil.rmtree(self.base_dir, ignore_errors=True)
-        for fd in (self._alive, self._owner_mark):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._alive = self._owner_mark = -1
+        with contextlib.suppress(OSError):
+            os.close(self._owner_mark)  # after the removal: a reaper must not race it
+        self._owner_mark = -1

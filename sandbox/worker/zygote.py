@@ -26,9 +26,10 @@ pair to the runtime, ALIVE the read end of a pipe only the runtime writes to.
    While it waits for them, it holds the job directories to the disk budget
    (`disk_mb` for all of them together): past it, a job's process is killed.
 4. Before it confines itself it forks a janitor, which waits until the runtime
-   is gone (the runtime holds the other end of its pipe) and then removes the
-   worker's directory: the worker itself may not (its Landlock layer allows
-   writes beneath the directory only), and a runtime killed outright cannot.
+   lets go (closes the other end of its pipe, in `stop` or by dying) and then
+   removes the worker's directory: the worker itself may not (its Landlock
+   layer allows writes beneath the directory only), and a runtime killed
+   outright cannot. The worker waits for it before it exits.
 
 No job ever runs in the worker itself, and no process runs two jobs, so no
 state of one job can reach the next.
@@ -326,10 +327,10 @@ def start_janitor(base_dir: str, runtime_fd: int) -> int:
     """Fork the process that removes `base_dir` once the runtime is gone; its pid.
 
     It reads `runtime_fd`, a pipe whose other end only the runtime holds, until
-    the end of file that the runtime's exit (of any kind) or its `stop` makes.
+    the end of file that the runtime's `stop` or its exit (of any kind) makes.
     Forked before the worker confines itself; in a session of its own, so that
-    the worker's end (or a kill of the worker's group) is not its end; it runs
-    nothing else and keeps nothing else open."""
+    a kill of the worker's group is not its end; it runs nothing else and keeps
+    nothing else open."""
     pid = os.fork()
     if pid == 0:
         code = 0
@@ -412,14 +413,20 @@ def main() -> int:
     except framing.FrameError:
         return 2
     janitor = start_janitor(config["base_dir"], int(sys.argv[2]))
-    preload(config)
-    # Everything imported so far is shared with every job process: keep the
-    # collector from touching (and so copying) it in each of them.
-    gc.freeze()
-    report = confine(config)
-    config["job_landlock"] = bool(report["landlock"])  # each job adds a layer of its own
-    framing.send(sock, {"ready": True, "pid": os.getpid(), "janitor": janitor, "isolation": report})
-    return serve(sock, config)
+    try:
+        preload(config)
+        # Everything imported so far is shared with every job process: keep the
+        # collector from touching (and so copying) it in each of them.
+        gc.freeze()
+        report = confine(config)
+        config["job_landlock"] = bool(report["landlock"])  # each job adds a layer of its own
+        ready = {"ready": True, "pid": os.getpid(), "janitor": janitor, "isolation": report}
+        framing.send(sock, ready)
+        return serve(sock, config)
+    finally:
+        sock.close()  # the runtime sees this worker gone, and lets go of the janitor
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(janitor, 0)  # reaped here, not left to whoever adopts orphans
 
 
 if __name__ == "__main__":

@@ -256,3 +256,28 @@ def test_directories_of_a_runtime_killed_with_its_workers_are_reaped_at_the_next
             assert first.execute("python3", ADD, {"a": 1}) == {"b": 2}
     finally:
         os.rmdir(not_ours)
+
+
+# A runtime that adopts every orphan below it (a child subreaper, as an init
+# would): whatever the pool's close leaves to be adopted comes to it.
+ADOPTER = """
+import ctypes, os, time
+assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+from firstgate.sandbox.process_pool import ProcessSandbox, ProcessSandboxConfig
+pool = ProcessSandbox(ProcessSandboxConfig(workers=1))
+pool.start()
+assert pool.execute("python3", "def main():\\n    return {}\\n", {}) == {}
+pool.close()
+time.sleep(1.0)
+try:
+    print(os.waitpid(-1, os.WNOHANG))  # a child left: an orphan, alive (0, 0) or not
+except ChildProcessError:
+    print("none")
+"""
+
+
+def test_a_closed_pool_leaves_no_orphan_to_adopt() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", ADOPTER], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert out.stdout.strip() == "none", out.stdout + out.stderr
