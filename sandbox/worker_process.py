@@ -29,7 +29,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from firstgate.sandbox.confinement import WRITABLE_DEVICES
 from firstgate.sandbox.errors import CodeRuntimeUnavailableError
@@ -116,17 +116,15 @@ class WorkerTimeout(WorkerBroken):
     pass
 
 
-def make_worker_dir() -> tuple[str, int]:
-    """A fresh worker directory, and the descriptor of its owner mark, locked."""
+def make_worker_dir() -> tuple[str, BinaryIO]:
+    """A fresh worker directory, and its owner mark, open and locked."""
     while True:
         path = tempfile.mkdtemp(prefix=DIR_PREFIX)
-        mark = os.open(
-            os.path.join(path, OWNER_MARK), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600
-        )
+        mark = open(os.path.join(path, OWNER_MARK), "xb", buffering=0)  # held while we live
         fcntl.flock(mark, fcntl.LOCK_EX)
-        if os.fstat(mark).st_nlink:  # not reaped between its creation and the lock
+        if os.fstat(mark.fileno()).st_nlink:  # not reaped between its creation and the lock
             return path, mark
-        os.close(mark)
+        mark.close()
 
 
 def reap_stale_dirs(root: str | None = None) -> list[str]:
@@ -171,7 +169,10 @@ class WorkerProcess:
         ours, theirs = socket.socketpair()
         self._sock = ours
         # The janitor's pipe: its end of file tells the worker's janitor the runtime is gone.
-        watched, self._alive = os.pipe()
+        # A file object, closed by its own close(): gevent's os.close of a pipe waits for
+        # the hub's next round, and so would the janitor.
+        watched, alive = os.pipe()
+        self._alive = open(alive, "wb", buffering=0)  # held until stop
         try:
             with open(os.path.join(self.base_dir, "worker.log"), "wb") as log:
                 self.process = subprocess.Popen(
@@ -381,13 +382,9 @@ class WorkerProcess:
 
     def _let_go(self) -> None:
         """Close the janitor's pipe: its end of file tells the janitor we are done."""
-        with contextlib.suppress(OSError):
-            os.close(self._alive)
-        self._alive = -1
+        self._alive.close()
 
     def _cleanup_files(self) -> None:
         self._let_go()
         shutil.rmtree(self.base_dir, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            os.close(self._owner_mark)  # after the removal: a reaper must not race it
-        self._owner_mark = -1
+        self._owner_mark.close()  # after the removal: a reaper must not race it
