@@ -71,6 +71,7 @@ def error_for(answer: dict[str, Any], language: str) -> CodeExecutionError:
 _LIMITS = {
     "memory": "errors.code.memoryLimit",
     "file_size": "errors.code.fileSizeLimit",
+    "disk": "errors.code.diskLimit",
     "open_files": "errors.code.openFilesLimit",
     "output": "errors.code.outputLimit",
     "text_too_long": "errors.code.textLimit",

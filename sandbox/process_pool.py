@@ -37,6 +37,7 @@ from firstgate.sandbox.worker_process import (
     WorkerConfig,
     WorkerProcess,
     WorkerTimeout,
+    reap_stale_dirs,
 )
 
 # How often a caller waiting for a free worker looks at its cancel token.
@@ -54,6 +55,8 @@ class ProcessSandboxConfig:
     output_limits: OutputLimits = field(default_factory=OutputLimits)
     # The Jinja2 options template jobs use (see WorkerConfig.jinja_options).
     jinja_options: dict[str, Any] | None = None
+    # Tests only (not in the settings file): see WorkerConfig.landlock_max_abi.
+    landlock_max_abi: int | None = None
 
 
 class ProcessSandbox:
@@ -83,6 +86,7 @@ class ProcessSandbox:
                 raise CodeRuntimeUnavailableError("errors.code.executorClosed")
             self._worker_config = self._make_worker_config()
             self._started = True
+        reap_stale_dirs()
         threads = [
             threading.Thread(target=self._add_worker, daemon=True)
             for _ in range(max(1, self.config.workers))
@@ -105,6 +109,7 @@ class ProcessSandbox:
             network=self.config.network,
             require_landlock=self.config.require_landlock,
             jinja_options=self.config.jinja_options,
+            landlock_max_abi=self.config.landlock_max_abi,
         )
 
     def _add_worker(self) -> None:

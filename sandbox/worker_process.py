@@ -2,9 +2,11 @@
 the job processes it forks, stop it.
 
 The worker (`sandbox/worker/zygote.py`) runs `python -I` with the scrubbed
-environment of `confinement.BASE_ENV`, in a fresh temporary directory, in a
-session of its own (a terminal's Ctrl-C reaches the runtime, which aborts the
-run, not the worker). It talks over a socket pair with length-prefixed JSON
+environment of `confinement.BASE_ENV`, in a fresh temporary directory (marked
+as the runtime's by a lock the runtime holds while it lives; the worker's
+janitor removes it when the runtime lets go, even by dying), in a session of
+its own (a terminal's Ctrl-C reaches the runtime, which aborts the run, not
+the worker). It talks over a socket pair with length-prefixed JSON
 frames, and hands over each job process it forks as a `Channel` (the job
 process's socket and a pidfd). The runtime sends the job and reads the
 result directly, with the job's deadline and the result's size cap, and ends
@@ -15,6 +17,7 @@ send is untrusted: every read has a size cap and a deadline.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -26,8 +29,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from firstgate.sandbox.confinement import WRITABLE_DEVICES
 from firstgate.sandbox.errors import CodeRuntimeUnavailableError
 from firstgate.sandbox.executor import Cancellable
 from firstgate.sandbox.worker import framing
@@ -36,6 +40,10 @@ ZYGOTE = str(Path(__file__).resolve().parent / "worker" / "zygote.py")
 # How much longer than a job's timeout the runtime waits for the worker itself
 # (a job process to hand out, how one ended) before it calls the worker broken.
 GRACE_S = 2.0
+# Every worker directory is <temp>/firstgate-sandbox-*, with OWNER_MARK in it:
+# a file its runtime holds an exclusive flock on while it lives.
+DIR_PREFIX = "firstgate-sandbox-"
+OWNER_MARK = ".owner"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +55,8 @@ class SandboxLimits:
     open_files: int = 64
     processes: int = 32
     output_bytes: int = 4 * 1024 * 1024
+    # All job directories of one worker together (checked every 0.1 s).
+    disk_mb: int = 64
 
     def as_frame(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -67,6 +77,9 @@ class WorkerConfig:
     # ahead (its lexer is cached) so a template job only compiles its template.
     jinja_options: dict[str, Any] | None = None
     start_timeout_s: float = 30.0
+    # Tests only: use no Landlock feature newer than this ABI, as on an older
+    # kernel (below 6: no signal scope), to show what the other layers hold alone.
+    landlock_max_abi: int | None = None
 
 
 @dataclass
@@ -103,21 +116,68 @@ class WorkerTimeout(WorkerBroken):
     pass
 
 
+def make_worker_dir() -> tuple[str, BinaryIO]:
+    """A fresh worker directory, and its owner mark, open and locked."""
+    while True:
+        path = tempfile.mkdtemp(prefix=DIR_PREFIX)
+        mark = open(os.path.join(path, OWNER_MARK), "xb", buffering=0)  # held while we live
+        fcntl.flock(mark, fcntl.LOCK_EX)
+        if os.fstat(mark.fileno()).st_nlink:  # not reaped between its creation and the lock
+            return path, mark
+        mark.close()
+
+
+def reap_stale_dirs(root: str | None = None) -> list[str]:
+    """Remove the worker directories whose runtime is gone (nobody holds their
+    owner mark): what a runtime killed together with its workers leaves. A
+    directory without a mark, or not ours, is left alone."""
+    removed: list[str] = []
+    with os.scandir(root or tempfile.gettempdir()) as entries:
+        for entry in entries:
+            if not entry.name.startswith(DIR_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.stat(follow_symlinks=False).st_uid == os.geteuid() and _reap(entry.path):
+                    removed.append(entry.path)
+    return removed
+
+
+def _reap(path: str) -> bool:
+    mark = os.open(os.path.join(path, OWNER_MARK), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(mark, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # its runtime is alive
+        # A runtime making this directory right now waits for the lock, then
+        # finds its mark unlinked and makes another (see make_worker_dir).
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+    finally:
+        os.close(mark)
+
+
 class WorkerProcess:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
-        self.base_dir = tempfile.mkdtemp(prefix="firstgate-sandbox-")
+        self.base_dir, self._owner_mark = make_worker_dir()
         self.isolation: dict[str, Any] = {}
+        self.janitor_pid: int | None = None  # the worker's janitor, once it is ready
         self._send_lock = threading.Lock()
         self._spare: deque[Channel] = deque()  # Python/Jinja2 job processes, forked ahead
         self._spawned: deque[Channel] = deque()  # Node.js ones, forked on request
         ours, theirs = socket.socketpair()
         self._sock = ours
+        # The janitor's pipe: its end of file tells the worker's janitor the runtime is gone.
+        # A file object, closed by its own close(): gevent's os.close of a pipe waits for
+        # the hub's next round, and so would the janitor.
+        watched, alive = os.pipe()
+        self._alive = open(alive, "wb", buffering=0)  # held until stop
         try:
             with open(os.path.join(self.base_dir, "worker.log"), "wb") as log:
                 self.process = subprocess.Popen(
-                    [config.python, "-I", ZYGOTE, str(theirs.fileno())],
-                    pass_fds=(theirs.fileno(),),
+                    [config.python, "-I", ZYGOTE, str(theirs.fileno()), str(watched)],
+                    pass_fds=(theirs.fileno(), watched),
                     env=dict(config.env),
                     cwd=self.base_dir,
                     stdin=subprocess.DEVNULL,
@@ -130,6 +190,7 @@ class WorkerProcess:
             raise CodeRuntimeUnavailableError("errors.code.workerStart", detail=str(exc)) from exc
         finally:
             theirs.close()
+            os.close(watched)
         try:
             self._handshake()
         except BaseException:
@@ -147,11 +208,13 @@ class WorkerProcess:
             {
                 "base_dir": self.base_dir,
                 "read_only": list(config.read_only),
-                "writable": [self.base_dir, "/dev/null"],
+                "writable": [self.base_dir, *WRITABLE_DEVICES],
+                "devices": list(WRITABLE_DEVICES),
                 "network": config.network,
                 "jinja_options": config.jinja_options,
                 "limits": config.limits.as_frame(),
                 "node": config.node,
+                "landlock_max_abi": config.landlock_max_abi,
             },
         )
         deadline = time.monotonic() + config.start_timeout_s
@@ -165,6 +228,8 @@ class WorkerProcess:
         if not isinstance(isolation, dict):
             raise CodeRuntimeUnavailableError("errors.code.workerStart", detail=repr(ready)[:200])
         self.isolation = isolation
+        if isinstance(ready.get("janitor"), int):
+            self.janitor_pid = ready["janitor"]
         if not isolation.get("seccomp"):
             raise CodeRuntimeUnavailableError(
                 "errors.code.isolationMissing",
@@ -303,6 +368,7 @@ class WorkerProcess:
         self._spawned.clear()
         with contextlib.suppress(OSError):
             self._sock.close()
+        self._let_go()  # the janitor removes the directory, the worker waits for it
         try:
             self.process.wait(grace_s)
         except subprocess.TimeoutExpired:
@@ -314,5 +380,11 @@ class WorkerProcess:
             self.process.wait(5.0)
         self._cleanup_files()
 
+    def _let_go(self) -> None:
+        """Close the janitor's pipe: its end of file tells the janitor we are done."""
+        self._alive.close()
+
     def _cleanup_files(self) -> None:
+        self._let_go()
         shutil.rmtree(self.base_dir, ignore_errors=True)
+        self._owner_mark.close()  # after the removal: a reaper must not race it

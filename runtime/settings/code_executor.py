@@ -8,6 +8,7 @@ templates that need isolation) run.
       cpu_s: 5                # CPU time per job (rounded up to whole seconds)
       memory_mb: 256
       file_size_mb: 16
+      disk_mb: 64             # all files of a worker's jobs together
       open_files: 64
       processes: 32           # RLIMIT_NPROC; new processes are refused anyway
       output_bytes: 4194304   # the JSON result of one job
@@ -71,6 +72,7 @@ class CodeExecutorSettings(DslModel):
     cpu_s: PositiveSeconds = _LIMITS.cpu_s
     memory_mb: Annotated[int, between(32, 1 << 20)] = _LIMITS.memory_mb
     file_size_mb: Annotated[int, between(1, 1 << 20)] = _LIMITS.file_size_mb
+    disk_mb: Annotated[int, between(1, 1 << 20)] = _LIMITS.disk_mb
     open_files: Annotated[int, between(16, 1 << 20)] = _LIMITS.open_files
     processes: Annotated[int, between(1, 1 << 20)] = _LIMITS.processes
     output_bytes: Annotated[int, between(1024, 1 << 30)] = _LIMITS.output_bytes
@@ -102,6 +104,7 @@ class CodeExecutorSettings(DslModel):
             cpu_s=float(self.cpu_s or _LIMITS.cpu_s),
             memory_mb=self.memory_mb,
             file_size_mb=self.file_size_mb,
+            disk_mb=self.disk_mb,
             open_files=self.open_files,
             processes=self.processes,
             output_bytes=self.output_bytes,

@@ -26,6 +26,7 @@ import tempfile
 import traceback
 from typing import Any
 
+import landlock
 import seccomp
 
 CHANNEL_FD = 3
@@ -71,6 +72,7 @@ def prepare(config: dict[str, Any], job_dir: str, channel: int, *, for_node: boo
     for target, source in ((0, null), (1, null), (2, stderr), (CHANNEL_FD, moved)):
         os.dup2(source, target)
     os.closerange(CHANNEL_FD + 1, 1 << 16)
+    confine_files(config, job_dir)
     os.chdir(job_dir)
     # The worker's environment is already the scrubbed one it was started with.
     os.environ.update({"HOME": job_dir, "TMPDIR": job_dir})
@@ -79,6 +81,21 @@ def prepare(config: dict[str, Any], job_dir: str, channel: int, *, for_node: boo
         signal.signal(sig, signal.SIG_DFL)
     set_limits(config["limits"], for_node=for_node)
     seccomp.install(seccomp.job_rules(os.getpid(), allow_exec=for_node))
+
+
+def confine_files(config: dict[str, Any], job_dir: str) -> None:
+    """A Landlock layer of the job's own over the worker's: the same reads, writes
+    only in its own directory. The worker's layer allows its whole directory, so
+    without this a job could plant files in the directories of the processes
+    forked ahead for later jobs, or leave files that outlive it."""
+    if not config.get("job_landlock"):
+        return  # the worker runs without Landlock (require_landlock: false)
+    landlock.restrict(
+        config["read_only"],
+        [job_dir, *config["devices"]],
+        network=bool(config["network"]),
+        max_abi=config.get("landlock_max_abi"),
+    )
 
 
 def set_limits(limits: dict[str, Any], *, for_node: bool) -> None:

@@ -69,12 +69,22 @@ def handled_fs(abi: int) -> int:
     return access
 
 
-def restrict(read_only: Iterable[str], writable: Iterable[str], *, network: bool) -> dict[str, int]:
+def restrict(
+    read_only: Iterable[str],
+    writable: Iterable[str],
+    *,
+    network: bool,
+    max_abi: int | None = None,
+) -> dict[str, int]:
     """Confine this process for good; returns what was enforced (for the report).
 
     Paths that do not exist are skipped. Needs no_new_privs (set by the caller).
+    Each call adds a layer: access must pass every layer, so a later call can
+    only narrow what an earlier one allowed. `max_abi` uses no feature newer
+    than that ABI, as an older kernel would (tests emulate one with it).
     """
-    abi = abi_version()
+    kernel = abi_version()
+    abi = kernel if max_abi is None else min(kernel, max_abi)
     if abi < 1:
         raise LandlockUnavailable(38, "Landlock is not available on this kernel")
     libc = _libc()
@@ -100,7 +110,12 @@ def restrict(read_only: Iterable[str], writable: Iterable[str], *, network: bool
             raise LandlockUnavailable(ctypes.get_errno(), "landlock_restrict_self failed")
     finally:
         os.close(ruleset)
-    return {"abi": abi, "network": int(bool(net)), "scoped": int(bool(scoped))}
+    return {
+        "abi": abi,
+        "kernel_abi": kernel,
+        "network": int(bool(net)),
+        "scoped": int(bool(scoped)),
+    }
 
 
 def _allow(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:

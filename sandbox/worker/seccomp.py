@@ -12,7 +12,10 @@ Two filters stack (the kernel runs both on every system call):
 - `job_rules`, installed in each job's process after the fork: no new
   processes (`fork`, `vfork`, `clone` without CLONE_THREAD, `clone3`; threads
   stay allowed), signals only to itself, no raising its own resource limits,
-  and for Python no `execve`.
+  and for Python no `execve`. No descriptor owner either (`fcntl` F_SETOWN,
+  F_SETOWN_EX, F_SETSIG; `ioctl` FIOSETOWN, SIOCSPGRP, FIOASYNC): with
+  O_ASYNC the kernel itself signals a descriptor's owner, any pid, and only
+  Landlock's signal scope (Linux 6.12, ABI 6) would stop that.
 
 A denied call fails with EPERM (`clone3` with ENOSYS so that the C library
 falls back to `clone`, whose flags the filter can read). System calls of a
@@ -28,7 +31,7 @@ import struct
 from collections.abc import Iterable
 
 # struct seccomp_data: int nr; u32 arch; u64 ip; u64 args[6]
-_NR, _ARCH, _ARG0_LO = 0, 4, 16
+_NR, _ARCH, _ARG0_LO, _ARG1_LO = 0, 4, 16, 24
 _ARG2_LO, _ARG2_HI = 32, 36
 
 _LD_W_ABS = 0x20
@@ -45,12 +48,22 @@ _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
 _CLONE_THREAD = 0x00010000
+# Commands that make the kernel send a signal on the caller's behalf, when data
+# arrives on a descriptor: to whatever pid or group is named as its owner
+# (F_SETOWN's ESRCH would also tell which pids exist), or which signal (F_SETSIG).
+# The same numbers on x86_64 and aarch64 (asm-generic).
+F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15
+FIOSETOWN, SIOCSPGRP, FIOASYNC = 0x8901, 0x8902, 0x5452
+SIGNAL_FCNTL = (F_SETOWN, F_SETSIG, F_SETOWN_EX)
+SIGNAL_IOCTL = (FIOSETOWN, SIOCSPGRP, FIOASYNC)
 _X32_SYSCALL_BIT = 0x40000000
 
 # name: (x86_64, aarch64); None where the call does not exist on that architecture.
 _NUMBERS: dict[str, tuple[int | None, int | None]] = {
     "socket": (41, 198),
     "socketpair": (53, 199),
+    "fcntl": (72, 25),
+    "ioctl": (16, 29),
     "clone": (56, 220),
     "fork": (57, None),
     "vfork": (58, None),
@@ -149,7 +162,8 @@ class SeccompUnavailable(OSError):
 # A rule: (syscall name, action) or (syscall name, (condition, action)): the call
 # is allowed when the condition holds, else gets the action. Conditions:
 # "thread-only" (clone with CLONE_THREAD), "read-only" (third argument NULL),
-# ("self-only", pid) (first argument is this process).
+# ("self-only", pid) (first argument is this process), ("not-command", commands)
+# (the second argument is none of these).
 Rule = tuple[str, object]
 
 
@@ -176,6 +190,8 @@ def job_rules(pid: int, allow_exec: bool) -> list[Rule]:
         ("tkill", deny),
         ("setrlimit", deny),
         ("prlimit64", ("read-only", deny)),  # getrlimit() is prlimit64(pid, res, NULL, old)
+        ("fcntl", (("not-command", SIGNAL_FCNTL), deny)),
+        ("ioctl", (("not-command", SIGNAL_IOCTL), deny)),
     ]
     if not allow_exec:
         rules += [("execve", deny), ("execveat", deny)]
@@ -208,34 +224,48 @@ def assemble(rules: Iterable[Rule], machine: str | None = None) -> bytes:
             program += [_ins(_JEQ, number, 0, 1), _ins(_RET, action)]
             continue
         condition, deny = action  # type: ignore[misc]
-        if condition == "thread-only":
-            block = [
-                _ins(_LD_W_ABS, _ARG0_LO),
-                _ins(_JSET, _CLONE_THREAD, 0, 1),
-                _ins(_RET, RET_ALLOW),
-                _ins(_RET, deny),
-            ]
-        elif condition == "read-only":
-            block = [
-                _ins(_LD_W_ABS, _ARG2_LO),
-                _ins(_JEQ, 0, 0, 3),
-                _ins(_LD_W_ABS, _ARG2_HI),
-                _ins(_JEQ, 0, 0, 1),
-                _ins(_RET, RET_ALLOW),
-                _ins(_RET, deny),
-            ]
-        else:  # ("self-only", pid): the first argument must be this process
-            _, pid = condition
-            block = [
-                _ins(_LD_W_ABS, _ARG0_LO),
-                _ins(_JEQ, pid, 0, 1),
-                _ins(_RET, RET_ALLOW),
-                _ins(_RET, deny),
-            ]
+        block = _condition_block(condition, deny)
         # The block always returns, so after a miss the accumulator still holds nr.
         program += [_ins(_JEQ, number, 0, len(block)), *block]
     program.append(_ins(_RET, RET_ALLOW))
     return b"".join(program)
+
+
+def _condition_block(condition: object, deny: int) -> list[bytes]:
+    """Instructions that allow the call when `condition` holds, else return `deny`."""
+    if condition == "thread-only":
+        return [
+            _ins(_LD_W_ABS, _ARG0_LO),
+            _ins(_JSET, _CLONE_THREAD, 0, 1),
+            _ins(_RET, RET_ALLOW),
+            _ins(_RET, deny),
+        ]
+    if condition == "read-only":
+        return [
+            _ins(_LD_W_ABS, _ARG2_LO),
+            _ins(_JEQ, 0, 0, 3),
+            _ins(_LD_W_ABS, _ARG2_HI),
+            _ins(_JEQ, 0, 0, 1),
+            _ins(_RET, RET_ALLOW),
+            _ins(_RET, deny),
+        ]
+    kind, value = condition  # type: ignore[misc]
+    if kind == "self-only":  # the first argument must be this process
+        return [
+            _ins(_LD_W_ABS, _ARG0_LO),
+            _ins(_JEQ, value, 0, 1),
+            _ins(_RET, RET_ALLOW),
+            _ins(_RET, deny),
+        ]
+    if kind == "not-command":
+        # The kernel reads fcntl's and ioctl's command as an unsigned int, so the
+        # low word alone decides: high bits set by the caller change nothing.
+        commands = tuple(value)
+        block = [_ins(_LD_W_ABS, _ARG1_LO)]
+        for index, command in enumerate(commands):
+            block.append(_ins(_JEQ, command, len(commands) - index, 0))  # to the deny
+        return [*block, _ins(_RET, RET_ALLOW), _ins(_RET, deny)]
+    raise ValueError(f"unknown seccomp condition {condition!r}")
 
 
 class _SockFprog(ctypes.Structure):

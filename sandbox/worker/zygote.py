@@ -2,8 +2,9 @@
 confined process of its own and hands it to the runtime.
 
 Stdlib only (plus Jinja2 for template jobs when the interpreter has it). The
-runtime starts it as `python -I zygote.py FD` with a scrubbed environment in a
-temporary directory of its own; FD is its end of a socket pair to the runtime.
+runtime starts it as `python -I zygote.py FD ALIVE` with a scrubbed
+environment in a temporary directory of its own; FD is its end of a socket
+pair to the runtime, ALIVE the read end of a pipe only the runtime writes to.
 
 1. The first frame is the configuration. The worker imports what jobs will
    need, then confines itself for good: capabilities dropped (when started as
@@ -11,9 +12,10 @@ temporary directory of its own; FD is its end of a socket pair to the runtime.
    filter (no sockets, no io_uring, no ptrace, ...). It answers with a `ready`
    frame that reports which layers are in force.
 2. It keeps WARM_AHEAD job processes forked ahead. Each gets a directory and a
-   socket pair of its own, sets its resource limits, installs the job seccomp
-   filter (no new processes, signals only to itself) and waits for its job on
-   its end of the pair. The worker hands the other end, and a pidfd, to the
+   socket pair of its own, adds a Landlock layer (writes in its own directory
+   only), sets its resource limits, installs the job seccomp filter (no new
+   processes, signals only to itself) and waits for its job on its end of the
+   pair. The worker hands the other end, and a pidfd, to the
    runtime (an announcement with SCM_RIGHTS): from there the runtime sends the
    job and reads the result itself, holding the deadline and the size cap, and
    ends the process through the pidfd when one is passed or on a cancel.
@@ -21,6 +23,13 @@ temporary directory of its own; FD is its end of a socket pair to the runtime.
    it is killed, reaped and its directory removed, while no request waits),
    `status` (how a process that closed its channel without a result ended: by
    signal, limit or crash) and `spawn` (a Node.js process, forked on request).
+   While it waits for them, it holds the job directories to the disk budget
+   (`disk_mb` for all of them together): past it, a job's process is killed.
+4. Before it confines itself it forks a janitor, which waits until the runtime
+   lets go (closes the other end of its pipe, in `stop` or by dying) and then
+   removes the worker's directory: the worker itself may not (its Landlock
+   layer allows writes beneath the directory only), and a runtime killed
+   outright cannot. The worker waits for it before it exits.
 
 No job ever runs in the worker itself, and no process runs two jobs, so no
 state of one job can reach the next.
@@ -54,6 +63,12 @@ import seccomp  # noqa: E402
 
 STDERR_TAIL = 4096
 WARM_AHEAD = 3
+# How often the job directories are held to the disk budget while a job may run.
+DISK_POLL_S = 0.1
+# What each directory entry counts for at least: many empty files take disk too
+# (inodes, directory blocks), and the count stops after budget / BLOCK entries.
+BLOCK = 4096
+_MIB = 1024 * 1024
 # How long a job process that closed its channel may take to exit before it is killed.
 GRACE_S = 2.0
 _PR_CAPBSET_DROP = 24
@@ -98,7 +113,10 @@ def confine(config: dict[str, Any]) -> dict[str, Any]:
     seccomp.no_new_privs()
     try:
         report["landlock"] = landlock.restrict(
-            config["read_only"], config["writable"], network=config["network"]
+            config["read_only"],
+            config["writable"],
+            network=config["network"],
+            max_abi=config.get("landlock_max_abi"),
         )
     except OSError as exc:
         report["landlock"] = None
@@ -139,6 +157,7 @@ class Child:
     pidfd: int
     node: bool
     answer: dict[str, Any] | None = None  # how it ended, once asked and reaped
+    over_disk: bool = False  # killed for taking the worker past its disk budget
 
 
 def fork_job_process(sock: socket.socket, config: dict[str, Any], *, node: bool) -> None:
@@ -184,6 +203,9 @@ def ended(child: Child, limits: dict[str, Any]) -> dict[str, Any]:
     if not ready:
         kill(child.pid)
     _, status, usage = os.wait4(child.pid, 0)
+    if child.over_disk:
+        child.answer = {"status": "error", "kind": "disk", "limit": limits["disk_mb"]}
+        return child.answer
     cpu = usage.ru_utime + usage.ru_stime
     child.answer = classify(status, _stderr_tail(child.job_dir), limits, cpu)
     return child.answer
@@ -222,15 +244,110 @@ def cleanup(child: Child) -> None:
             os.waitpid(child.pid, 0)
     with contextlib.suppress(OSError):
         os.close(child.pidfd)
+    remove_tree(child.job_dir)
 
-    def unlock(function: Any, failed: str, _exc: Any) -> None:
-        # A job may leave a directory without permissions; we own it, so open it up.
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(failed), 0o700)
-            os.chmod(failed, 0o700)
-            function(failed)
 
-    shutil.rmtree(child.job_dir, onerror=unlock)
+def remove_tree(top: str) -> None:
+    """Remove a dead job's directory, whatever modes the job left in it."""
+    shutil.rmtree(top, ignore_errors=True)
+    if os.path.lexists(top):
+        open_up(top)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def open_up(top: str) -> None:
+    """Give every directory under `top` its owner's rights back (a job may leave
+    some it cannot list or write, mode 0o300 or 0). We own them all, and the job
+    is dead, so nothing changes them under us; links are never followed."""
+    with contextlib.suppress(OSError):
+        os.chmod(top, 0o700)
+    for parent, names, _files in os.walk(top):
+        for name in names:
+            path = os.path.join(parent, name)
+            if not os.path.islink(path):  # os.walk lists links to directories too
+                with contextlib.suppress(OSError):
+                    os.chmod(path, 0o700)
+
+
+# ---- the disk budget
+
+
+def disk_usage(top: str, stop_at: int) -> int:
+    """Bytes the tree under `top` takes on disk, each entry counted as at least
+    BLOCK; counting stops once past `stop_at`. A directory that cannot be listed
+    counts as `stop_at`: a job may not hide files from the count (mode 0o300)."""
+    total = 0
+    pending = [top]
+    while pending:
+        try:
+            entries = os.scandir(pending.pop())
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed by the job meanwhile
+        except OSError:
+            return stop_at
+        with entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                total += max(info.st_blocks * 512, BLOCK)
+                if total >= stop_at:
+                    return total
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+    return total
+
+
+def hold_to_disk_budget(budget: int) -> None:
+    """Kill the job processes that take the worker's directories past `budget`
+    bytes together, largest first. Their files go when they are released."""
+    live = [c for c in CHILDREN.values() if c.answer is None and not c.over_disk]
+    usage = {child.pid: disk_usage(child.job_dir, budget + 1) for child in live}
+    total = sum(usage.values())
+    for child in sorted(live, key=lambda c: usage[c.pid], reverse=True):
+        if total <= budget:
+            return
+        child.over_disk = True
+        kill(child.pid)
+        total -= usage[child.pid]
+
+
+def wait_for_request(sock: socket.socket, limits: dict[str, Any]) -> None:
+    """Return once the runtime has sent something; meanwhile hold the disk budget."""
+    budget = int(limits["disk_mb"]) * _MIB
+    while not select.select([sock], [], [], DISK_POLL_S)[0]:
+        hold_to_disk_budget(budget)
+
+
+# ---- the janitor
+
+
+def start_janitor(base_dir: str, runtime_fd: int) -> int:
+    """Fork the process that removes `base_dir` once the runtime is gone; its pid.
+
+    It reads `runtime_fd`, a pipe whose other end only the runtime holds, until
+    the end of file that the runtime's `stop` or its exit (of any kind) makes.
+    Forked before the worker confines itself; in a session of its own, so that
+    a kill of the worker's group is not its end; it runs nothing else and keeps
+    nothing else open."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.setsid()
+            os.closerange(3, runtime_fd)
+            os.closerange(runtime_fd + 1, 1 << 16)
+            with contextlib.suppress(OSError):
+                while os.read(runtime_fd, 1):
+                    pass
+            shutil.rmtree(base_dir, ignore_errors=True)
+        except BaseException:  # noqa: BLE001 - nothing may return into the worker's code
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(runtime_fd)
+    return pid
 
 
 # ---- the loop
@@ -245,6 +362,7 @@ def serve(sock: socket.socket, config: dict[str, Any]) -> int:
     try:
         while True:
             _idle_work(sock, config, dying)
+            wait_for_request(sock, limits)
             try:
                 request = framing.receive(sock, 4096)
             except framing.FrameError:
@@ -294,13 +412,21 @@ def main() -> int:
         config = framing.receive(sock, 1 << 20)
     except framing.FrameError:
         return 2
-    preload(config)
-    # Everything imported so far is shared with every job process: keep the
-    # collector from touching (and so copying) it in each of them.
-    gc.freeze()
-    report = confine(config)
-    framing.send(sock, {"ready": True, "pid": os.getpid(), "isolation": report})
-    return serve(sock, config)
+    janitor = start_janitor(config["base_dir"], int(sys.argv[2]))
+    try:
+        preload(config)
+        # Everything imported so far is shared with every job process: keep the
+        # collector from touching (and so copying) it in each of them.
+        gc.freeze()
+        report = confine(config)
+        config["job_landlock"] = bool(report["landlock"])  # each job adds a layer of its own
+        ready = {"ready": True, "pid": os.getpid(), "janitor": janitor, "isolation": report}
+        framing.send(sock, ready)
+        return serve(sock, config)
+    finally:
+        sock.close()  # the runtime sees this worker gone, and lets go of the janitor
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(janitor, 0)  # reaped here, not left to whoever adopts orphans
 
 
 if __name__ == "__main__":

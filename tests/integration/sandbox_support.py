@@ -16,6 +16,7 @@ SMALL = SandboxLimits(
     cpu_s=1.0,
     memory_mb=128,
     file_size_mb=2,
+    disk_mb=8,
     open_files=32,
     processes=16,
     output_bytes=256 * 1024,

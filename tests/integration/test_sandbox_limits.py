@@ -461,10 +461,21 @@ def test_close_leaves_no_process_behind() -> None:
         pool.execute("python3", ADD, {"a": 1})
         pids = [w.pid for w in pool._workers]
         dirs = [w.base_dir for w in pool._workers]
+        janitors = [w.janitor_pid for w in pool._workers]
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.killpg(pid, 0)
     assert not any(os.path.exists(d) for d in dirs)
+    for pid in janitors:  # in sessions of their own; they see the runtime let go
+        assert pid is not None
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("a worker's janitor outlived the pool")
 
 
 def test_a_missing_node_is_named(tmp_path: os.PathLike[str]) -> None:
@@ -622,7 +633,8 @@ def test_workers_exit_when_the_runtime_dies() -> None:
         os.killpg(worker_pid, 9)
         pytest.fail("the sandbox worker outlived the runtime that started it")
     finally:
-        # What a runtime killed outright leaves: its workers' (now empty) directories.
+        # The worker's janitor removes it (tests/integration/test_sandbox_job_files.py);
+        # this is only for a failure above.
         import shutil
 
         shutil.rmtree(base_dir, ignore_errors=True)

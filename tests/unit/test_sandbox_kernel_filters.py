@@ -189,3 +189,50 @@ def test_landlock_confines_files_and_proc(bystander: subprocess.Popen[bytes]) ->
     if "signal" in report:
         assert report["signal"] == [-1, errno.EPERM]
         assert bystander.poll() is None
+
+
+FCNTL = {"x86_64": 72, "aarch64": 25}.get(os.uname().machine, -1)
+IOCTL = {"x86_64": 16, "aarch64": 29}.get(os.uname().machine, -1)
+
+
+def test_job_filter_refuses_descriptor_owners_and_async_signals(
+    bystander: subprocess.Popen[bytes],
+) -> None:
+    def body() -> dict[str, Any]:
+        reader, _writer = os.pipe()
+        pair = (ctypes.c_int * 2)()
+        assert libc().socketpair(1, 1, 0, pair) == 0
+        pid = ctypes.c_int(bystander.pid)
+        seccomp.install(seccomp.job_rules(os.getpid(), allow_exec=False))
+        c = libc()
+        c.syscall.restype = ctypes.c_long
+        c.syscall.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_ulong, ctypes.c_void_p]
+
+        def fcntl(fd: int, cmd: int, arg: int = 0) -> tuple[int, int]:
+            return result(c.syscall(FCNTL, fd, cmd, arg))
+
+        def ioctl(fd: int, cmd: int) -> tuple[int, int]:
+            return result(c.syscall(IOCTL, fd, cmd, ctypes.addressof(pid)))
+
+        return {
+            "F_SETOWN": fcntl(reader, seccomp.F_SETOWN, bystander.pid),
+            # the kernel reads the command as 32 bits: high bits do not get past
+            "F_SETOWN_high_bits": fcntl(reader, (1 << 32) | seccomp.F_SETOWN, bystander.pid),
+            "F_SETOWN_EX": fcntl(reader, seccomp.F_SETOWN_EX, ctypes.addressof(pid)),
+            "F_SETSIG": fcntl(reader, seccomp.F_SETSIG, signal.SIGKILL),
+            "FIOSETOWN": ioctl(pair[0], seccomp.FIOSETOWN),
+            "SIOCSPGRP": ioctl(pair[0], seccomp.SIOCSPGRP),
+            "FIOASYNC": ioctl(pair[0], seccomp.FIOASYNC),
+            "F_GETOWN": fcntl(reader, 9),  # reading the owner is harmless
+            "F_GETFL": fcntl(reader, 3),
+            "FIONREAD": ioctl(pair[0], 0x541B),
+        }
+
+    report = in_child(body)
+    refused = ("F_SETOWN", "F_SETOWN_high_bits", "F_SETOWN_EX", "F_SETSIG")
+    for name in (*refused, "FIOSETOWN", "SIOCSPGRP", "FIOASYNC"):
+        assert report[name] == [-1, errno.EPERM], (name, report)
+    assert report["F_GETOWN"] == [0, 0]
+    assert report["F_GETFL"][0] >= 0
+    assert report["FIONREAD"] == [0, 0]
+    assert bystander.poll() is None
