@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from firstgate.common.cancel import Cancellable
 from firstgate.connectors.guarded_http import (
-    CancelLike,
     GuardedHttp,
     HttpLimits,
     RequestSpec,
@@ -185,7 +185,7 @@ class ApiProvider:
         arguments: Mapping[str, Any],
         *,
         timeout_s: float,
-        cancel: CancelLike | None = None,
+        cancel: Cancellable | None = None,
     ) -> list[ToolMessage]:
         operation = self.operations.get(tool)
         if operation is None:

@@ -32,15 +32,15 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpcore
 import httpx
+from firstgate.common.cancel import Cancellable
 from firstgate.connectors.errors import (
     ConnectorError,
     HttpTimeoutError,
@@ -67,10 +67,6 @@ _CHUNK = 64 * 1024
 # would inflate a whole network chunk at once: 64 KiB of gzip can be 64 MiB).
 ACCEPT_ENCODING = "gzip, deflate"
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-
-
-class CancelLike(Protocol):
-    def attached(self, on_cancel: Callable[[str], None]) -> AbstractContextManager[None]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,7 +428,7 @@ class GuardedHttp:
         *,
         timeouts: Timeouts | None = None,
         verify: bool = True,
-        cancel: CancelLike | None = None,
+        cancel: Cancellable | None = None,
     ) -> HttpReply:
         """Send `spec`; raise a `ConnectorError` subclass on any failure."""
         timeouts = timeouts or Timeouts()

@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
+from firstgate.common.cancel import Cancellable
 
 from . import errors
 from .client import _endpoint, one_exit
@@ -43,10 +44,6 @@ from .transport import GatedTransport
 
 DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024
 _ERROR_BODY_LIMIT = 64 * 1024
-
-
-class CancelLike(Protocol):
-    def attached(self, on_cancel: Any) -> Any: ...
 
 
 class ToolReplyTooLargeError(ProtocolError):
@@ -102,7 +99,7 @@ class PluginToolClient:
         *,
         credentials: Mapping[str, Any] | None = None,
         timeout_s: float,
-        cancel: CancelLike | None = None,
+        cancel: Cancellable | None = None,
         secrets: tuple[str, ...] = (),
     ) -> Iterator[dict[str, Any]]:
         """Yield the tool's messages as decoded JSON objects; raise one typed
@@ -125,7 +122,7 @@ class PluginToolClient:
         parameters: Mapping[str, Any],
         *,
         timeout_s: float,
-        cancel: CancelLike | None = None,
+        cancel: Cancellable | None = None,
         secrets: tuple[str, ...] = (),
     ) -> Iterator[dict[str, Any]]:
         """Run an agent strategy plugin (`POST .../dispatch/agent_strategy/invoke`):
@@ -147,7 +144,7 @@ class PluginToolClient:
         plugin_id: str,
         data: dict[str, Any],
         timeout_s: float,
-        cancel: CancelLike | None,
+        cancel: Cancellable | None,
         secrets: tuple[str, ...],
         **extra: Any,
     ) -> Iterator[dict[str, Any]]:

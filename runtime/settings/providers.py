@@ -45,8 +45,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from firstgate.nodes.config import DslModel, between, dsl_error, shown
-from firstgate.plugin_daemon_client.durations import DurationError, parse_duration
+from firstgate.common.dsl import DslModel, between, dsl_error, shown
+from firstgate.common.durations import DurationError, parse_duration
 from firstgate.plugin_daemon_client.fallback import (
     DEFAULT_BREAKER_COOLDOWN_S,
     DEFAULT_BREAKER_THRESHOLD,
