@@ -23,13 +23,8 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from firstgate.common.cancel import Cancellable
-from firstgate.connectors.guarded_http import (
-    GuardedHttp,
-    HttpLimits,
-    RequestSpec,
-    Timeouts,
-    safe_url,
-)
+from firstgate.common.redaction import safe_url
+from firstgate.connectors.guarded_http import GuardedHttp, HttpLimits, RequestSpec, Timeouts
 from firstgate.connectors.net_policy import NetworkPolicy
 from firstgate.connectors.tool_messages import ToolError, ToolMessage, json_message, text
 from firstgate.connectors.tool_parameters import ParamType, ToolParameter, prepare, schema_type

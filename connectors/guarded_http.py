@@ -36,11 +36,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpcore
 import httpx
 from firstgate.common.cancel import Cancellable
+from firstgate.common.redaction import safe_url
 from firstgate.connectors.errors import (
     ConnectorError,
     HttpTimeoutError,
@@ -113,23 +114,6 @@ class HttpReply:
     def filename(self) -> str | None:
         disposition = _disposition(self.headers.get("content-disposition", ""))
         return disposition.get_filename() if disposition else None
-
-
-def safe_url(url: str | httpx.URL) -> str:
-    """`url` without `user:password@` and without its query (where keys travel)."""
-    try:
-        parts = urlsplit(str(url))
-    except ValueError:
-        return "(invalid URL)"
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    netloc = f"{host}:{port}" if port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 # --- classification: does the body become a file? (Dify's rules) ---------------

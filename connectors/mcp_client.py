@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from firstgate.common.cancel import Cancellable
+from firstgate.common.redaction import safe_url
 from firstgate.connectors.async_call import CallCancelled, CallTimedOut, run_async
-from firstgate.connectors.guarded_http import safe_url
 from firstgate.connectors.tool_messages import (
     ToolCancelledError,
     ToolError,

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from firstgate.common.dsl import DslModel, dsl_error, shown
 from firstgate.common.files import File, from_bytes
+from firstgate.common.redaction import safe_url
 from firstgate.connectors.errors import ConnectorError
 from firstgate.connectors.guarded_http import (
     MAX_CONNECT_TIMEOUT_S,
@@ -41,7 +42,6 @@ from firstgate.connectors.guarded_http import (
     HttpReply,
     RequestSpec,
     Timeouts,
-    safe_url,
 )
 from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
 from firstgate.nodes.config import BaseNodeData, OptionalSelector

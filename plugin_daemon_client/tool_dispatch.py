@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 from firstgate.common.cancel import Cancellable
+from firstgate.common.redaction import MIN_SECRET_CHARS, Redactor, ServerText
 
 from . import errors
 from .client import _endpoint, one_exit
@@ -38,7 +39,6 @@ from .errors import (
 )
 from .gate import Gate, first_token_gate
 from .protocols.plugin_daemon import daemon_error, error_from_status
-from .redaction import MIN_SECRET_CHARS, Redactor, ServerText
 from .sse import SSEDecoder, SSEViolation
 from .transport import GatedTransport
 
