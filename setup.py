@@ -14,6 +14,7 @@ FOLDERS = (
     "connectors",
     "sandbox",
     "store",
+    "common",
     "locales",
 )
 

@@ -29,9 +29,9 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
+from firstgate.common.cancel import CancelToken  # noqa: E402
 from firstgate.nodes import code  # noqa: E402
 from firstgate.nodes.base import NodeContext  # noqa: E402
-from firstgate.nodes.cancel import CancelToken  # noqa: E402
 from firstgate.sandbox.process_pool import ProcessSandbox  # noqa: E402
 
 from bench.common import header, line, ms, percentile, ratio  # noqa: E402

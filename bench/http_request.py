@@ -48,10 +48,10 @@ def main() -> None:
     parser.add_argument("--gevent", action="store_true")
     args = parser.parse_args()
     import httpx
+    from firstgate.common.cancel import CancelToken
     from firstgate.connectors.hub import Connectors
     from firstgate.nodes import http_request
     from firstgate.nodes.base import NodeContext
-    from firstgate.nodes.cancel import CancelToken
     from firstgate.runtime.settings import RuntimeSettings
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)

@@ -22,14 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from firstgate.connectors.guarded_http import (
-    CancelLike,
-    GuardedHttp,
-    HttpLimits,
-    RequestSpec,
-    Timeouts,
-    safe_url,
-)
+from firstgate.common.cancel import Cancellable
+from firstgate.common.redaction import safe_url
+from firstgate.connectors.guarded_http import GuardedHttp, HttpLimits, RequestSpec, Timeouts
 from firstgate.connectors.net_policy import NetworkPolicy
 from firstgate.connectors.tool_messages import ToolError, ToolMessage, json_message, text
 from firstgate.connectors.tool_parameters import ParamType, ToolParameter, prepare, schema_type
@@ -185,7 +180,7 @@ class ApiProvider:
         arguments: Mapping[str, Any],
         *,
         timeout_s: float,
-        cancel: CancelLike | None = None,
+        cancel: Cancellable | None = None,
     ) -> list[ToolMessage]:
         operation = self.operations.get(tool)
         if operation is None:

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from firstgate.common.cancel import Cancellable
 from firstgate.connectors.errors import ConnectorError
-from firstgate.connectors.guarded_http import CancelLike
 
 T = TypeVar("T")
 
@@ -78,7 +78,7 @@ class _Runner:
 
 
 def run_async(
-    make: Callable[[], Awaitable[T]], *, timeout_s: float, cancel: CancelLike | None = None
+    make: Callable[[], Awaitable[T]], *, timeout_s: float, cancel: Cancellable | None = None
 ) -> T:
     """`await make()` on a private event loop, at most `timeout_s` seconds.
 

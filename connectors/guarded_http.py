@@ -26,21 +26,24 @@ from __future__ import annotations
 import codecs
 import contextlib
 import contextvars
+import functools
 import mimetypes
 import re
 import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
-from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpcore
 import httpx
+from firstgate.common.cancel import Cancellable
+from firstgate.common.redaction import safe_url
+from firstgate.common.socket_scope import ScopedBackend, shutdown
 from firstgate.connectors.errors import (
     ConnectorError,
     HttpTimeoutError,
@@ -67,10 +70,6 @@ _CHUNK = 64 * 1024
 # would inflate a whole network chunk at once: 64 KiB of gzip can be 64 MiB).
 ACCEPT_ENCODING = "gzip, deflate"
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-
-
-class CancelLike(Protocol):
-    def attached(self, on_cancel: Callable[[str], None]) -> AbstractContextManager[None]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,23 +116,6 @@ class HttpReply:
     def filename(self) -> str | None:
         disposition = _disposition(self.headers.get("content-disposition", ""))
         return disposition.get_filename() if disposition else None
-
-
-def safe_url(url: str | httpx.URL) -> str:
-    """`url` without `user:password@` and without its query (where keys travel)."""
-    try:
-        parts = urlsplit(str(url))
-    except ValueError:
-        return "(invalid URL)"
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    netloc = f"{host}:{port}" if port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 # --- classification: does the body become a file? (Dify's rules) ---------------
@@ -209,14 +191,28 @@ def is_file_response(headers: Mapping[str, str], sample: bytes) -> bool:
 
 
 class _Call:
-    """The deadline and cancel state of one request, and the sockets it uses."""
+    """One request's socket scope (`common/socket_scope.py`): one total deadline
+    and the run's cancel, over every socket the request uses (each redirect hop
+    may open one). The stream and the connects that obey it are the gate's."""
 
-    def __init__(self, deadline: float, total_s: float) -> None:
-        self.deadline = deadline
+    active = True
+
+    def __init__(self, total_s: float) -> None:
+        self.deadline = time.monotonic() + total_s
         self.total_s = total_s
         self.cancelled: str | None = None
         self._sockets: set[socket.socket] = set()
         self._lock = threading.Lock()
+
+    def next_deadline(self) -> tuple[float, str]:
+        return self.deadline, "total"
+
+    def expire(self, which: object) -> None:
+        raise HttpTimeoutError("errors.http.totalTimeout", seconds=round(self.total_s, 3))
+
+    def raise_if_tripped(self) -> None:
+        if self.cancelled is not None:
+            raise RequestCancelledError(reason=self.cancelled)
 
     def attach(self, sock: socket.socket | None) -> None:
         if sock is None:
@@ -225,146 +221,44 @@ class _Call:
             self._sockets.add(sock)
             cancelled = self.cancelled
         if cancelled is not None:
-            _shutdown(sock)
+            shutdown(sock)
+
+    def note_bytes(self, count: int) -> None:
+        return None
 
     def cancel(self, reason: str) -> None:
         with self._lock:
             self.cancelled = reason
             sockets = list(self._sockets)
         for sock in sockets:
-            _shutdown(sock)
-
-    def raise_if_cancelled(self) -> None:
-        if self.cancelled is not None:
-            raise RequestCancelledError(reason=self.cancelled)
-
-    def left(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def expired(self) -> HttpTimeoutError:
-        return HttpTimeoutError(
-            "errors.http.totalTimeout",
-            seconds=round(self.total_s, 3),
-        )
-
-
-def _shutdown(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
+            shutdown(sock)
 
 
 _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("guarded_call", default=None)
 
 
-class _GuardedStream(httpcore.NetworkStream):
-    """A network stream whose reads and writes obey the current call's deadline and cancel."""
-
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-        self._sock: socket.socket | None = inner.get_extra_info("socket")
-
-    def _bound(self, call: _Call, timeout: float | None) -> tuple[float | None, bool]:
-        call.attach(self._sock)
-        call.raise_if_cancelled()
-        left = call.left()
-        if left <= 0:
-            raise call.expired()
-        if timeout is None or left < timeout:
-            return left, True
-        return timeout, False
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        call = _CALL.get()
-        if call is None:
-            return self._inner.read(max_bytes, timeout)
-        bound, ours = self._bound(call, timeout)
-        try:
-            data = self._inner.read(max_bytes, bound)
-        except httpcore.ReadTimeout:
-            call.raise_if_cancelled()
-            if ours:
-                raise call.expired() from None
-            raise
-        except (httpcore.ReadError, OSError):
-            call.raise_if_cancelled()
-            raise
-        call.raise_if_cancelled()  # after our own shutdown a read returns b""
-        return data
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        call = _CALL.get()
-        if call is None:
-            self._inner.write(buffer, timeout)
-            return
-        bound, ours = self._bound(call, timeout)
-        try:
-            self._inner.write(buffer, bound)
-        except httpcore.WriteTimeout:
-            call.raise_if_cancelled()
-            if ours:
-                raise call.expired() from None
-            raise
-        except (httpcore.WriteError, OSError):
-            call.raise_if_cancelled()
-            raise
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
-    ) -> httpcore.NetworkStream:
-        return _GuardedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
+def _checked_addresses(policy: NetworkPolicy, host: str, port: int) -> list[str]:
+    """Every address `host` resolves to, each checked: none may be refused."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    for address in addresses:
+        policy.check(host, port, address)
+    return addresses
 
 
-class _PolicyBackend(httpcore.NetworkBackend):
-    """Resolves, checks every resolved address, and connects to a checked one."""
+class _PolicyBackend(ScopedBackend):
+    """Resolves, checks every resolved address, and connects to a checked one;
+    every connect and every stream obeys the current call. A workflow's request
+    never goes to a unix socket."""
 
     def __init__(self, policy: NetworkPolicy) -> None:
-        self._policy = policy
-        self._inner = httpcore.SyncBackend()
+        super().__init__(_CALL.get, functools.partial(_checked_addresses, policy))
 
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        call = _CALL.get()
-        if call is not None:
-            call.raise_if_cancelled()
-            if call.left() <= 0:
-                raise call.expired()
-            timeout = call.left() if timeout is None else min(timeout, call.left())
-        try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except (socket.gaierror, UnicodeError) as exc:
-            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        for address in addresses:  # every answer is checked: none may be private
-            self._policy.check(host, port, address)
-        error: Exception | None = None
-        for address in addresses:
-            try:
-                stream = self._inner.connect_tcp(
-                    address, port, timeout, local_address, socket_options
-                )
-            except httpcore.ConnectError as exc:
-                error = exc
-                continue
-            guarded = _GuardedStream(stream)
-            if call is not None:
-                call.attach(guarded.get_extra_info("socket"))
-            return guarded
-        raise error or httpcore.ConnectError(f"no address for {host}")
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
+    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+        raise httpcore.ConnectError("a workflow's request goes to a checked address only")
 
 
 class _GuardedTransport(httpx.HTTPTransport):
@@ -432,7 +326,7 @@ class GuardedHttp:
         *,
         timeouts: Timeouts | None = None,
         verify: bool = True,
-        cancel: CancelLike | None = None,
+        cancel: Cancellable | None = None,
     ) -> HttpReply:
         """Send `spec`; raise a `ConnectorError` subclass on any failure."""
         timeouts = timeouts or Timeouts()
@@ -441,7 +335,7 @@ class GuardedHttp:
             raise InvalidURLError(
                 url=safe_url(spec.url), detail="the URL must start with http:// or https://"
             )
-        call = _Call(time.monotonic() + timeouts.total, timeouts.total)
+        call = _Call(timeouts.total)
         token = _CALL.set(call)
         try:
             with cancel.attached(call.cancel) if cancel is not None else contextlib.nullcontext():
@@ -453,7 +347,7 @@ class GuardedHttp:
                 limit=self.limits.max_redirects,
             ) from None
         except httpx.TimeoutException as exc:
-            call.raise_if_cancelled()
+            call.raise_if_tripped()
             phase = {
                 httpx.ConnectTimeout: "connect",
                 httpx.ReadTimeout: "read",
@@ -465,7 +359,7 @@ class GuardedHttp:
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
             raise InvalidURLError(url=safe_url(spec.url), detail=str(exc)[:200]) from None
         except (httpx.HTTPError, httpx.StreamError) as exc:
-            call.raise_if_cancelled()
+            call.raise_if_tripped()
             raise HttpTransportError(
                 url=safe_url(spec.url),
                 detail=str(exc)[:300] or type(exc).__name__,

@@ -20,8 +20,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from firstgate.common.cancel import Cancellable
+from firstgate.common.redaction import safe_url
 from firstgate.connectors.async_call import CallCancelled, CallTimedOut, run_async
-from firstgate.connectors.guarded_http import CancelLike, safe_url
 from firstgate.connectors.tool_messages import (
     ToolCancelledError,
     ToolError,
@@ -81,7 +82,7 @@ class McpServer:
 
     # --- the calls -----------------------------------------------------------
 
-    def tools(self, *, cancel: CancelLike | None = None) -> dict[str, McpTool]:
+    def tools(self, *, cancel: Cancellable | None = None) -> dict[str, McpTool]:
         """The server's tools, listed on first use and kept for the process."""
         with self._lock:
             if self._tools is not None:
@@ -97,7 +98,7 @@ class McpServer:
         arguments: Mapping[str, Any],
         *,
         timeout_s: float | None = None,
-        cancel: CancelLike | None = None,
+        cancel: Cancellable | None = None,
     ) -> list[ToolMessage]:
         """Call a tool; arguments are cast and validated against its schema first."""
         tool = self.tools(cancel=cancel).get(tool_name)
@@ -126,7 +127,7 @@ class McpServer:
     # --- plumbing --------------------------------------------------------------
 
     def _run(
-        self, step: Any, timeout_s: float, cancel: CancelLike | None, what: str = "call"
+        self, step: Any, timeout_s: float, cancel: Cancellable | None, what: str = "call"
     ) -> Any:
         async def session() -> Any:
             import httpx2

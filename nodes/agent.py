@@ -31,11 +31,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from firstgate.common.dsl import DslModel, dsl_error, shown
 from firstgate.nodes import agent_plugin
 from firstgate.nodes.agent_strategies import Rounds, function_calling, react
 from firstgate.nodes.agent_tools import ToolEntry, bind
 from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError
-from firstgate.nodes.config import BaseNodeData, DslModel, dsl_error, shown
+from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.llm_prompt import MemoryConfig, history_messages
 from firstgate.nodes.model_call import Invocation, ModelConfig, move_legacy_gate_params
 from firstgate.nodes.selectors import Selector, template_selectors

@@ -28,9 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from firstgate.common.files import File
 from firstgate.nodes.agent_tools import BoundTool, ToolRun, call
 from firstgate.nodes.base import AgentLogEntry, NodeContext
-from firstgate.nodes.files import File
 from firstgate.nodes.json_answer import read_json_object
 from firstgate.nodes.model_call import ModelConfig, call_model
 from firstgate.plugin_daemon_client.invoke import (

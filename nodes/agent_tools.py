@@ -26,12 +26,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from firstgate.common.dsl import DslModel
+from firstgate.common.files import File, from_bytes
 from firstgate.connectors import builtin_tools
 from firstgate.connectors.tool_messages import MessageType, ToolError, ToolMessage
 from firstgate.connectors.tool_parameters import ParamType, ToolParameter
 from firstgate.nodes.base import NodeContext, VariableReader
-from firstgate.nodes.config import DslModel
-from firstgate.nodes.files import File, from_bytes
 from firstgate.nodes.tool import DEFAULT_MAX_FILE_BYTES, DEFAULT_TIMEOUT_S, check_provider
 from firstgate.nodes.tool_providers import ToolCall, capped, provider_for
 from firstgate.nodes.values import render_text

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from firstgate.common.dsl import DslModel
+from firstgate.common.value_types import empty_value, fits, fits_item, type_of
 from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError, VariableReader
-from firstgate.nodes.config import BaseNodeData, DslModel, OptionalSelector
+from firstgate.nodes.config import BaseNodeData, OptionalSelector
 from firstgate.nodes.selectors import Selector
-from firstgate.nodes.value_types import empty_value, fits, fits_item, type_of
 from pydantic import BeforeValidator, Field
 
 TYPE = "assigner"

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from firstgate.common.cancel import CancelToken
 from firstgate.locales.localized_error import LocalizedError
-from firstgate.nodes.cancel import CancelToken
 from firstgate.nodes.selectors import Selector
 
 # What nodes see of the routes (re-exported: the client layer owns them).

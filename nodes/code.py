@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from firstgate.common.dsl import DslModel
 from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError
 from firstgate.nodes.code_outputs import check_outputs
-from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField
+from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.selectors import Selector
 from firstgate.nodes.values import jsonable
 from pydantic import BeforeValidator, Field

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from firstgate.common.files import File
 from firstgate.nodes.base import NodeContext, NodeResult
 from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.document_text import DocumentError, Limits, extract_text
 from firstgate.nodes.file_content import read
-from firstgate.nodes.files import File
 from firstgate.nodes.selectors import Selector
 
 TYPE = "document-extractor"

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from firstgate.common.dsl import DslModel
 from firstgate.nodes.base import NodeContext, NodeResult, Role
-from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField
+from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.selectors import Segment, Selector, TextSegment, VariableSegment
 from pydantic import Field
 

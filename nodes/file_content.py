@@ -6,9 +6,9 @@ supplies). Never more than `limit` bytes are kept.
 
 from __future__ import annotations
 
+from firstgate.common.files import File, FileError, TransferMethod, too_large
 from firstgate.connectors.guarded_http import RequestSpec
 from firstgate.nodes.base import NodeContext
-from firstgate.nodes.files import File, FileError, TransferMethod, too_large
 
 
 def read(file: File, ctx: NodeContext, limit: int) -> bytes:

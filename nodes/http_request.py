@@ -31,6 +31,9 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
+from firstgate.common.dsl import DslModel, dsl_error, shown
+from firstgate.common.files import File, from_bytes
+from firstgate.common.redaction import safe_url
 from firstgate.connectors.errors import ConnectorError
 from firstgate.connectors.guarded_http import (
     MAX_CONNECT_TIMEOUT_S,
@@ -39,12 +42,10 @@ from firstgate.connectors.guarded_http import (
     HttpReply,
     RequestSpec,
     Timeouts,
-    safe_url,
 )
 from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
-from firstgate.nodes.config import BaseNodeData, DslModel, OptionalSelector, dsl_error, shown
+from firstgate.nodes.config import BaseNodeData, OptionalSelector
 from firstgate.nodes.file_content import read as read_file
-from firstgate.nodes.files import File, from_bytes
 from firstgate.nodes.selectors import Selector, template_selectors
 from firstgate.nodes.values import render_text
 from pydantic import BeforeValidator, Field, field_validator

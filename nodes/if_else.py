@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from firstgate.common.dsl import DslModel
 from firstgate.nodes.base import NodeContext, NodeResult, Role, VariableReader
 from firstgate.nodes.comparison import UNARY, Operator, compare, normalize_operator
-from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField
+from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.selectors import Selector, template_selectors
 from firstgate.nodes.values import render_text
 from pydantic import BeforeValidator, Field, model_validator

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from firstgate.common.dsl import between
+from firstgate.common.files import File
 from firstgate.nodes.base import (
     ContainerSpec,
     NodeContext,
@@ -28,8 +30,7 @@ from firstgate.nodes.base import (
     Rounds,
     VariableReader,
 )
-from firstgate.nodes.config import BaseNodeData, OptionalSelector, SelectorField, between
-from firstgate.nodes.files import File
+from firstgate.nodes.config import BaseNodeData, OptionalSelector, SelectorField
 from firstgate.nodes.selectors import Selector
 
 TYPE = "iteration"

@@ -30,10 +30,10 @@ from functools import lru_cache
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Annotated, Any
 
+from firstgate.common.dsl import dsl_error, shown
+from firstgate.common.rendering import MAX_RENDERED_CHARS, TextBuilder, too_long
 from firstgate.nodes.base import NeedsWorker, NodeRunError
-from firstgate.nodes.config import dsl_error, shown
 from firstgate.nodes.jinja_triage import inline_reason
-from firstgate.nodes.rendering import MAX_RENDERED_CHARS, TextBuilder, too_long
 from firstgate.nodes.values import jsonable
 from firstgate.sandbox.errors import CodeExecutionError
 from jinja2 import Template, TemplateError, TemplateSyntaxError, nodes
@@ -42,10 +42,11 @@ from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 
 if TYPE_CHECKING:
-    from firstgate.sandbox.executor import Cancellable, CodeExecutor
+    from firstgate.common.cancel import Cancellable
+    from firstgate.sandbox.executor import CodeExecutor
 
 # Dify caps template output; an unbounded template can exhaust memory. The cap
-# and its check are the ones every rendered text has (nodes/rendering.py).
+# and its check are the ones every rendered text has (common/rendering.py).
 MAX_OUTPUT_CHARS = MAX_RENDERED_CHARS
 # CPU time an inline render may take before it moves to the sandbox.
 INLINE_CPU_S = 0.05

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from firstgate.common.dsl import DslModel, dsl_error
 from firstgate.connectors.knowledge import Condition, MetadataCondition, Record
 from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
-from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error
+from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.selectors import Selector, template_selectors
 from firstgate.nodes.values import render_text
 from pydantic import Field, field_validator

@@ -22,9 +22,10 @@ import math
 from collections.abc import Callable
 from typing import Any, Literal
 
+from firstgate.common.dsl import DslModel
+from firstgate.common.files import File
 from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
-from firstgate.nodes.config import BaseNodeData, DslModel, OptionalSelector
-from firstgate.nodes.files import File
+from firstgate.nodes.config import BaseNodeData, OptionalSelector
 from firstgate.nodes.selectors import Selector, template_selectors
 from firstgate.nodes.values import jsonable, render_text
 from pydantic import Field

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from firstgate.common.dsl import DslModel, dsl_error
 from firstgate.nodes.base import Needs, NodeContext, NodeResult, RouteTarget
-from firstgate.nodes.config import BaseNodeData, DslModel, dsl_error
+from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.llm_prompt import (
     ContextConfig,
     MemoryConfig,

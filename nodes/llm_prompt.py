@@ -8,7 +8,7 @@ names) go with the last user message as OpenAI-style `image_url` parts; a local
 image travels as a data URI.
 
 A prompt has no character cap (Dify puts none on it; the 400,000-character
-cap of `nodes.rendering` is its template-transform limit): it is built
+cap of `common.rendering` is its template-transform limit): it is built
 against its route's `max_prompt_bytes` (`PromptBudget`, UTF-8 bytes of the
 text, 32 MiB unless the settings say otherwise), charged piece by piece while
 it is built, so a prompt past the bound fails after holding about the bound,
@@ -22,19 +22,21 @@ import base64
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from firstgate.common.dsl import DslModel, between
+from firstgate.common.files import DEFAULT_SIZE_LIMITS, File, FileType
+from firstgate.common.rendering import TextBudget
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.base import ChatTurn, NodeRunError, VariableReader
-from firstgate.nodes.config import DslModel, OptionalSelector, SelectorField, between
-from firstgate.nodes.files import DEFAULT_SIZE_LIMITS, File, FileType
+from firstgate.nodes.config import OptionalSelector, SelectorField
 from firstgate.nodes.jinja import checked_template, render_jinja
-from firstgate.nodes.rendering import TextBudget
 from firstgate.nodes.selectors import Selector, template_selectors
 from firstgate.nodes.values import as_text, render_text
 from firstgate.plugin_daemon_client.plan import DEFAULT_MAX_PROMPT_BYTES
 from pydantic import Field, model_validator
 
 if TYPE_CHECKING:
-    from firstgate.sandbox.executor import Cancellable, CodeExecutor
+    from firstgate.common.cancel import Cancellable
+    from firstgate.sandbox.executor import CodeExecutor
 
 CONTEXT_PLACEHOLDER = "{{#context#}}"
 HISTORIES_PLACEHOLDERS = ("{{#histories#}}", "#histories#")

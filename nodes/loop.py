@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
+from firstgate.common.dsl import DslModel, between
+from firstgate.common.value_types import fits
 from firstgate.nodes.base import (
     ContainerSpec,
     NodeContext,
@@ -28,10 +30,9 @@ from firstgate.nodes.base import (
     Rounds,
     VariableReader,
 )
-from firstgate.nodes.config import BaseNodeData, DslModel, between
+from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.if_else import Condition, condition_selectors, conditions_hold
 from firstgate.nodes.selectors import Selector
-from firstgate.nodes.value_types import fits
 from pydantic import Field
 
 TYPE = "loop"

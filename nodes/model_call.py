@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from firstgate.common.dsl import DslModel, Milliseconds, dsl_error, shown
+from firstgate.common.durations import DurationError, parse_duration
 from firstgate.nodes.base import NodeContext, NodeRunError, RoutePlan, plan_for
-from firstgate.nodes.config import DslModel, Milliseconds, dsl_error, shown
 from firstgate.nodes.llm_prompt import MemoryConfig, history_text
-from firstgate.plugin_daemon_client.durations import DurationError, parse_duration
 from firstgate.plugin_daemon_client.invoke import (
     CallBudgets,
     ModelReply,

@@ -34,8 +34,9 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
+from firstgate.common.dsl import DslModel, dsl_error, shown
 from firstgate.nodes.base import Needs, NodeContext, NodeResult
-from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error, shown
+from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.json_answer import read_json_object
 from firstgate.nodes.llm_prompt import (
     MemoryConfig,

@@ -27,8 +27,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from firstgate.common.dsl import DslModel, dsl_error, shown
 from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError, Role
-from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField, dsl_error, shown
+from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.json_answer import read_json_object
 from firstgate.nodes.llm_prompt import (
     MemoryConfig,

@@ -7,12 +7,13 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from firstgate.common import files
+from firstgate.common.dsl import DslModel, dsl_error, shown
+from firstgate.common.files import File, FileError, FileRules
+from firstgate.common.nesting import MAX_DEPTH, deeper_than
 from firstgate.locales import t
-from firstgate.nodes import files
 from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, Role
-from firstgate.nodes.config import BaseNodeData, DslModel, dsl_error, shown
-from firstgate.nodes.files import File, FileError, FileRules
-from firstgate.nodes.nesting import MAX_DEPTH, deeper_than
+from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.selectors import Selector
 from pydantic import Field, field_validator
 

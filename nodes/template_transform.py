@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from firstgate.common.dsl import DslModel
 from firstgate.nodes.base import NodeContext, NodeResult
-from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField
+from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.jinja import JinjaSource, render_jinja
 from firstgate.nodes.selectors import Selector
 from pydantic import Field

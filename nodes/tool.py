@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from firstgate.common.dsl import DslModel, dsl_error, shown
+from firstgate.common.files import File, from_bytes, from_remote_url
 from firstgate.connectors import builtin_tools
 from firstgate.connectors.api_tools import parse_openapi
 from firstgate.connectors.tool_messages import MessageType, ToolMessage
@@ -47,8 +49,7 @@ from firstgate.nodes.base import (
     NodeRunError,
     VariableReader,
 )
-from firstgate.nodes.config import BaseNodeData, DslModel, dsl_error, shown
-from firstgate.nodes.files import File, from_bytes, from_remote_url
+from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.selectors import Selector, template_selectors
 from firstgate.nodes.tool_providers import ToolCall, capped, provider_for
 from firstgate.nodes.values import render_text as render

@@ -16,9 +16,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from firstgate.common.cancel import Cancellable
+from firstgate.common.files import File
 from firstgate.connectors.api_tools import ApiProvider
 from firstgate.connectors.builtin_tools import BuiltinTool
-from firstgate.connectors.guarded_http import CancelLike
 from firstgate.connectors.hub import Connectors, env_value
 from firstgate.connectors.mcp_client import McpServer
 from firstgate.connectors.tool_messages import (
@@ -33,7 +34,6 @@ from firstgate.connectors.tool_messages import (
     text,
 )
 from firstgate.connectors.tool_parameters import prepare
-from firstgate.nodes.files import File
 from firstgate.nodes.values import jsonable
 from firstgate.plugin_daemon_client.errors import (
     ConnectError,
@@ -51,7 +51,7 @@ class ToolCall:
     tool: str
     arguments: Mapping[str, Any]
     timeout_s: float
-    cancel: CancelLike | None = None
+    cancel: Cancellable | None = None
 
 
 class ToolProvider(Protocol):

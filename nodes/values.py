@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from firstgate.common.files import File
+from firstgate.common.rendering import TextBudget, TextBuilder
 from firstgate.nodes.base import VariableReader
-from firstgate.nodes.files import File
-from firstgate.nodes.rendering import TextBudget, TextBuilder
 from firstgate.nodes.selectors import TextSegment, parse_template
 
 
@@ -73,7 +73,7 @@ def jsonable(value: Any) -> Any:
 def render_text(template: str, variables: VariableReader, budget: TextBudget | None = None) -> str:
     """A `{{#node.var#}}` template as a prompt or condition sees it; unset renders empty.
 
-    The text is capped while it is built (`nodes.rendering`); pass `budget` to
+    The text is capped while it is built (`common.rendering`); pass `budget` to
     count several renders against one cap (the messages of one prompt).
     """
     return _render(template, variables, as_text, budget)

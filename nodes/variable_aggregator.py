@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from firstgate.common.dsl import DslModel
 from firstgate.nodes.base import NodeContext, NodeResult, VariableReader
-from firstgate.nodes.config import BaseNodeData, DslModel, SelectorField
+from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.selectors import Selector
 from pydantic import Field
 

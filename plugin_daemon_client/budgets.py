@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .durations import DurationError, positive_or_none
+from firstgate.common.durations import DurationError, positive_or_none
+
 from .errors import GateConfigError
 
 DEFAULT_CEILING_S = 1800.0

@@ -5,7 +5,7 @@ bytes to frames to the gate: it tells the gate when a *content token*
 arrives, and turns every way a stream can end into exactly one outcome:
 chunks, then either a clean finish or one typed error carrying what had
 arrived. Every error leaves through one exit, where the client's `Redactor`
-scrubs it (`redaction.py`).
+scrubs it (`common/redaction.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
+from firstgate.common.redaction import MIN_SECRET_CHARS, Redactor, ServerText
 
 from . import errors
 from .budgets import GateBudgets
@@ -40,7 +41,6 @@ from .protocols import PROTOCOLS, ChatCall, Endpoint, StreamDecoder, WireProtoco
 from .protocols.base import Item, ToolSpec, TruncatedFrame
 from .protocols.frames import BODY_STARTED, Frame, FrameError, ToolCallDelta, Usage
 from .protocols.request import PreparedRequest
-from .redaction import MIN_SECRET_CHARS, Redactor, ServerText
 from .sse import DEFAULT_MAX_LINE_BYTES, SSEViolation
 from .transport import GatedTransport
 

@@ -41,7 +41,7 @@ FirstGateError (LocalizedError)     every error this package raises
 Every error has a `message_key` and `params` so a front end can render it in
 any locale (`render(locale)`); `str(error)` is the stable English text for
 logs. `transient` says whether another attempt (a retry or a fallback target)
-may help. Server text reaches an error only as `redaction.ServerText`, which
+may help. Server text reaches an error only as `common.redaction.ServerText`, which
 the client's `Redactor` turns into a credential-free quote.
 """
 
@@ -54,9 +54,8 @@ from typing import Any
 
 import httpcore
 import httpx
+from firstgate.common.redaction import ServerText
 from firstgate.locales.localized_error import LocalizedError
-
-from .redaction import ServerText
 
 
 class Trip(StrEnum):

@@ -58,9 +58,10 @@ from ipaddress import ip_address
 from typing import Any, Generic, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+from firstgate.common.durations import DurationError, positive_or_none, require_positive_seconds
+
 from firstgate import locales
 
-from .durations import DurationError, positive_or_none, require_positive_seconds
 from .errors import (
     AttemptCapError,
     ConnectError,

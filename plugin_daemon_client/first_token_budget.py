@@ -34,8 +34,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from firstgate.common.durations import DurationError, is_unset, parse_duration
+
 from .budgets import DEFAULT_CEILING_S, coerce_budget
-from .durations import DurationError, is_unset, parse_duration
 from .errors import BudgetConfigError, CeilingConfigError, GateConfigError
 
 DEFAULT_COLD_START_S = 180.0

@@ -1,8 +1,10 @@
 """The first-token gate: deadlines on a monotonic clock, carried in a ContextVar.
 
-The LLM node opens a gate; the transport's socket reads look it up in the
-ContextVar and bound every read by what the gate has left (see
-`network_backend`). No layer in between takes a new parameter.
+The LLM node opens a gate; the transport's sockets look it up in the
+ContextVar and bound every connect, send and read by what the gate has left:
+the gate is a `SocketScope` (`common/socket_scope.py`), the one primitive the
+guarded HTTP client's deadline uses too. No layer in between takes a new
+parameter.
 
 Deadlines are absolute monotonic times that the gate can move (trio's cancel
 scopes, not loose timers or threads):
@@ -31,6 +33,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+
+from firstgate.common.socket_scope import shutdown
 
 from firstgate import locales
 
@@ -94,7 +98,9 @@ def current_gate() -> Gate | None:
 
 
 class Gate:
-    """Deadlines and progress of the request running in this context."""
+    """Deadlines and progress of the request running in this context: the
+    `SocketScope` of its sockets (`next_deadline`, `expire`, `attach`,
+    `raise_if_tripped`, `note_bytes`)."""
 
     def __init__(
         self,
@@ -283,7 +289,7 @@ class Gate:
                 self._fired = Trip.CANCELLED
             sock = self._sock
         if sock is not None:
-            _shutdown(sock)
+            shutdown(sock)
 
     def _trip(self, which: Trip, budget_s: float, **params: Any) -> None:
         with self._lock:
@@ -332,13 +338,6 @@ class Gate:
                 )
             )
         return True
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed or never connected: nothing left to unblock
 
 
 @contextmanager

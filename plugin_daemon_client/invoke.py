@@ -25,9 +25,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+from firstgate.common.cancel import Cancellable
 
 from .fallback import FallbackChain, Target
 from .first_token_budget import (
@@ -78,10 +80,6 @@ class ModelRequest:
     schema_in_prompt: bool = False
     stream: bool = True
     budgets: CallBudgets = CallBudgets()
-
-
-class Cancellable(Protocol):
-    def attached(self, on_cancel: Callable[[str], None]) -> AbstractContextManager[Any]: ...
 
 
 def _no_chunk(text: str, target: str | None = None) -> None:

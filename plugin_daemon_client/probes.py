@@ -73,9 +73,9 @@ from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 import httpx
+from firstgate.common.durations import require_positive_seconds
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from .durations import require_positive_seconds
 from .gate import ProbeAnswer
 
 ProbeKind = Literal[

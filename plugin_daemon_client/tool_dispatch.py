@@ -23,9 +23,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import nullcontext
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
+from firstgate.common.cancel import Cancellable
+from firstgate.common.redaction import MIN_SECRET_CHARS, Redactor, ServerText
 
 from . import errors
 from .client import _endpoint, one_exit
@@ -37,16 +39,11 @@ from .errors import (
 )
 from .gate import Gate, first_token_gate
 from .protocols.plugin_daemon import daemon_error, error_from_status
-from .redaction import MIN_SECRET_CHARS, Redactor, ServerText
 from .sse import SSEDecoder, SSEViolation
 from .transport import GatedTransport
 
 DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024
 _ERROR_BODY_LIMIT = 64 * 1024
-
-
-class CancelLike(Protocol):
-    def attached(self, on_cancel: Any) -> Any: ...
 
 
 class ToolReplyTooLargeError(ProtocolError):
@@ -102,7 +99,7 @@ class PluginToolClient:
         *,
         credentials: Mapping[str, Any] | None = None,
         timeout_s: float,
-        cancel: CancelLike | None = None,
+        cancel: Cancellable | None = None,
         secrets: tuple[str, ...] = (),
     ) -> Iterator[dict[str, Any]]:
         """Yield the tool's messages as decoded JSON objects; raise one typed
@@ -125,7 +122,7 @@ class PluginToolClient:
         parameters: Mapping[str, Any],
         *,
         timeout_s: float,
-        cancel: CancelLike | None = None,
+        cancel: Cancellable | None = None,
         secrets: tuple[str, ...] = (),
     ) -> Iterator[dict[str, Any]]:
         """Run an agent strategy plugin (`POST .../dispatch/agent_strategy/invoke`):
@@ -147,7 +144,7 @@ class PluginToolClient:
         plugin_id: str,
         data: dict[str, Any],
         timeout_s: float,
-        cancel: CancelLike | None,
+        cancel: Cancellable | None,
         secrets: tuple[str, ...],
         **extra: Any,
     ) -> Iterator[dict[str, Any]]:

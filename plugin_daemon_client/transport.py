@@ -1,4 +1,5 @@
-"""An httpx transport over an httpcore pool built with the gate-aware backend.
+"""An httpx transport over an httpcore pool whose backend obeys the current gate
+(`common.socket_scope.ScopedBackend` over `current_gate`).
 
 `httpx.HTTPTransport` takes no `network_backend`, so this is a small
 BaseTransport of our own. httpcore exceptions are mapped onto httpx's the same
@@ -15,9 +16,9 @@ from collections.abc import Iterator
 
 import httpcore
 import httpx
+from firstgate.common.socket_scope import ScopedBackend
 
 from .gate import current_gate
-from .network_backend import GatedBackend
 
 # Most specific first: the first match wins.
 _HTTPCORE_TO_HTTPX: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = (
@@ -94,7 +95,7 @@ class GatedTransport(httpx.BaseTransport):
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
             retries=retries,
-            network_backend=GatedBackend(),
+            network_backend=ScopedBackend(current_gate),
         )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:

@@ -19,8 +19,8 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 
+from firstgate.common.dsl import shown
 from firstgate.locales.localized_error import LocalizedError
-from firstgate.nodes.config import shown
 from firstgate.nodes.start import InputError
 from firstgate.runtime import events as ev
 from firstgate.runtime.engine import WorkflowRun

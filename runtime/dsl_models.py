@@ -10,8 +10,8 @@ import json
 import math
 from typing import Annotated, Any, Literal
 
+from firstgate.common.dsl import DslModel, dsl_error, shown
 from firstgate.nodes.base import LEGACY_SUCCESS_HANDLE, SUCCESS_HANDLE
-from firstgate.nodes.config import DslModel, dsl_error, shown
 from pydantic import BeforeValidator, Field, model_validator
 
 # The graph modes; an easy mode (chat, agent-chat, completion) is compiled into

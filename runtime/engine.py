@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from firstgate.common.cancel import CancelToken
 from firstgate.connectors.hub import Connectors
 from firstgate.nodes.base import (
     AgentLogEntry,
@@ -49,7 +50,6 @@ from firstgate.nodes.base import (
     RoundDone,
     Rounds,
 )
-from firstgate.nodes.cancel import CancelToken
 from firstgate.nodes.values import jsonable
 from firstgate.plugin_daemon_client.errors import FirstGateError
 from firstgate.plugin_daemon_client.fallback import FallbackEvent

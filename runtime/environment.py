@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from firstgate.common.redaction import MIN_SECRET_CHARS
 from firstgate.locales.localized_error import LocalizedError
-from firstgate.plugin_daemon_client.redaction import MIN_SECRET_CHARS
 from firstgate.runtime.redaction import Redactor
 
 ENV_PREFIX = "FIRSTGATE_ENV_"

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from firstgate.common.cancel import CancelToken
 from firstgate.nodes.base import FAIL_HANDLE, NeedsWorker, NodeContext, NodeResult
-from firstgate.nodes.cancel import CancelToken
 from firstgate.nodes.selectors import Selector
 from firstgate.runtime.graph import NodeDef
 

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from firstgate.common.cancel import CancelToken
 from firstgate.nodes.base import ContainerRun
-from firstgate.nodes.cancel import CancelToken
 from firstgate.runtime.events import InContainer
 from firstgate.runtime.graph import Graph, NodeDef
 from firstgate.runtime.response_stream import ResponseStreamer, StreamPlan

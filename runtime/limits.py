@@ -17,9 +17,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from firstgate.common.dsl import shown
+from firstgate.common.durations import DurationError, parse_duration
 from firstgate.locales.localized_error import LocalizedError
-from firstgate.nodes.config import shown
-from firstgate.plugin_daemon_client.durations import DurationError, parse_duration
 
 DEFAULT_MAX_STEPS = 500  # node executions (Dify's WORKFLOW_MAX_EXECUTION_STEPS)
 DEFAULT_MAX_RUN_SECONDS = 1200.0  # Dify's WORKFLOW_MAX_EXECUTION_TIME

@@ -9,8 +9,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from firstgate.common.dsl import QUOTE_LIMIT, shown
 from firstgate.nodes.base import ANY_OUTPUT, FAIL_HANDLE, Role
-from firstgate.nodes.config import QUOTE_LIMIT, shown
 from firstgate.nodes.jinja import counting_templates
 from firstgate.nodes.registry import KNOWN_UNSUPPORTED, NODE_TYPES
 from firstgate.runtime.ancestry import Ancestry

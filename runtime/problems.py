@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from firstgate.common.dsl import shown
 from firstgate.locales.localized_error import LocalizedError
-from firstgate.nodes.config import shown
 from pydantic import ValidationError
 
 from firstgate import locales

@@ -4,8 +4,9 @@ The secrets are the values of the workflow's `secret` environment variables.
 Every event the engine yields, every line the CLI prints and every record the
 store keeps passes through a `Redactor`. The rule itself (which echoed forms of
 a secret are removed, what replaces them, how short a secret may be) is the
-transport's, `plugin_daemon_client.redaction`: one rule for credentials and
-secrets alike. This module walks values (dicts, lists) with it.
+floor's, `common.redaction`: one rule for credentials and secrets alike. What
+is the runtime's here: the secrets are the environment's, and values (dicts,
+lists) are walked.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from firstgate.plugin_daemon_client.redaction import Redactor as TextRedactor
+from firstgate.common.redaction import Redactor as TextRedactor
 
 
 class Redactor:

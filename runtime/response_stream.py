@@ -26,7 +26,7 @@ whose response node will not run is dropped at once (none of its text goes
 out after that, and the next stream takes over).
 
 What one response node streams stops at the rendering cap
-(`nodes.rendering.MAX_RENDERED_CHARS`): the rest is not sent, and the node's
+(`common.rendering.MAX_RENDERED_CHARS`): the rest is not sent, and the node's
 own render then fails with the cap's error.
 """
 
@@ -36,8 +36,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+from firstgate.common.rendering import MAX_RENDERED_CHARS
 from firstgate.nodes.base import FAIL_HANDLE, Role
-from firstgate.nodes.rendering import MAX_RENDERED_CHARS
 from firstgate.nodes.selectors import Segment, Selector, TextSegment, VariableSegment
 from firstgate.nodes.values import as_markdown
 from firstgate.runtime.graph import EdgeDef, Graph

@@ -7,9 +7,9 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from firstgate.common.redaction import MIN_SECRET_CHARS
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.plugin_daemon_client.protocols import PROTOCOLS
-from firstgate.plugin_daemon_client.redaction import MIN_SECRET_CHARS
 from firstgate.runtime.settings.providers import LOCAL, ProviderRoute, ProvidersSection
 
 

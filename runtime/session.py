@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from firstgate.common.files import File, FileRules
 from firstgate.nodes.base import ChatTurn
-from firstgate.nodes.files import File, FileRules
 from firstgate.nodes.start import coerce_files
 from firstgate.nodes.values import jsonable
 from firstgate.runtime.environment import EnvVar, resolve

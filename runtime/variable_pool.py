@@ -24,7 +24,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from firstgate.nodes.files import File
+from firstgate.common.files import File
 from firstgate.nodes.selectors import Selector
 
 # Dify's system variables of a chatflow; a workflow has all but the chat ones.

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from firstgate.common.files import FileRules
 from firstgate.connectors.hub import Connectors
 from firstgate.nodes import start
-from firstgate.nodes.files import FileRules
 from firstgate.nodes.jinja import reserve_templates
 from firstgate.runtime.code_executors import build_code_executor
 from firstgate.runtime.engine import WorkflowRun

@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from firstgate.connectors.guarded_http import CancelLike
+from firstgate.common.cancel import Cancellable
 from firstgate.connectors.tool_messages import ToolCancelledError, ToolError, ToolTimeoutError
 from firstgate.runtime import events as ev
 from firstgate.runtime.limits import RunLimits
@@ -98,7 +98,7 @@ class WorkflowTools:
         inputs: Mapping[str, Any],
         *,
         timeout_s: float,
-        cancel: CancelLike | None = None,
+        cancel: Cancellable | None = None,
     ) -> dict[str, Any]:
         """The inner workflow's outputs; a failure is a ToolError naming it."""
         depth = _DEPTH.get() + 1
@@ -151,7 +151,7 @@ def _outputs(
     values: Mapping[str, Any],
     provider_id: str,
     timeout_s: float,
-    cancel: CancelLike | None,
+    cancel: Cancellable | None,
 ) -> dict[str, Any]:
     if isinstance(final, ev.WorkflowSucceeded | ev.WorkflowPartialSucceeded):
         return dict(values)

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from firstgate.nodes.config import QUOTE_LIMIT, shown
-from firstgate.nodes.nesting import MAX_DEPTH
+from firstgate.common.dsl import QUOTE_LIMIT, shown
+from firstgate.common.nesting import MAX_DEPTH
 from firstgate.runtime.problems import DslError, Problem, SourcePlace
 from yaml.nodes import ScalarNode
 

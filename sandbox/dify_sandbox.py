@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from firstgate.common.cancel import Cancellable
 from firstgate.sandbox.errors import (
     CodeCancelledError,
     CodeExecutionError,
@@ -38,7 +39,7 @@ from firstgate.sandbox.errors import (
     CodeSandboxViolationError,
     CodeTimeoutError,
 )
-from firstgate.sandbox.executor import Cancellable, Language, OutputLimits
+from firstgate.sandbox.executor import Language, OutputLimits
 
 RESULT_TAG = "<<RESULT>>"
 _RESULT = re.compile(f"{RESULT_TAG}(.*){RESULT_TAG}", re.DOTALL)

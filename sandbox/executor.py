@@ -10,18 +10,13 @@ failure is a `sandbox.errors.CodeExecutionError`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from firstgate.common.cancel import Cancellable
+
 Language = Literal["python3", "javascript", "jinja2"]
-
-
-class Cancellable(Protocol):
-    """The run's cancel token, as the sandbox sees it."""
-
-    def attached(self, on_cancel: Callable[[str], None]) -> AbstractContextManager[None]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from firstgate.common.cancel import Cancellable
 from firstgate.sandbox.confinement import BASE_ENV, find_interpreters, read_only_paths
 from firstgate.sandbox.errors import (
     CodeCancelledError,
@@ -29,7 +30,7 @@ from firstgate.sandbox.errors import (
     CodeRuntimeUnavailableError,
     CodeTimeoutError,
 )
-from firstgate.sandbox.executor import Cancellable, Language, OutputLimits
+from firstgate.sandbox.executor import Language, OutputLimits
 from firstgate.sandbox.outcomes import RUNTIMES, result_or_raise
 from firstgate.sandbox.worker_process import (
     SandboxLimits,

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from firstgate.common.cancel import Cancellable
 from firstgate.sandbox.confinement import WRITABLE_DEVICES
 from firstgate.sandbox.errors import CodeRuntimeUnavailableError
-from firstgate.sandbox.executor import Cancellable
 from firstgate.sandbox.worker import framing
 
 ZYGOTE = str(Path(__file__).resolve().parent / "worker" / "zygote.py")

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from firstgate.common.files import DEFAULT_SIZE_LIMITS, MB, FileType
 from firstgate.locales import normalize_locale, t
 from firstgate.nodes.base import RoutePlanner
-from firstgate.nodes.files import DEFAULT_SIZE_LIMITS, MB, FileType
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.sandbox.executor import CodeExecutor
 from firstgate.serve import bodies, uploads

@@ -84,9 +84,9 @@ def _serve_parser():  # type: ignore[no-untyped-def]
 
 def _files_url(url: str | None) -> str | None:
     """A configured files URL, checked before anything starts."""
+    from firstgate.common.redaction import redact_url
     from firstgate.locales.localized_error import LocalizedError
     from firstgate.serve.file_links import FilesUrlError, files_base_url
-    from firstgate.store.postgres import redact_url
 
     if not url:
         return None

@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from firstgate.nodes import files
-from firstgate.nodes.files import (
+from firstgate.common import files
+from firstgate.common.files import (
     File,
     FileError,
     FileRules,

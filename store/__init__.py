@@ -29,7 +29,8 @@ from firstgate.store.sqlite import SQLiteStore, default_path
 def open_store(location: str | Path | None = None) -> Store:
     """The store at `location`: a PostgreSQL URL, a SQLite path, or None for the default file."""
     if isinstance(location, str) and "://" in location:
-        from firstgate.store.postgres import PostgresStore, is_postgres_url, redact_url
+        from firstgate.common.redaction import redact_url
+        from firstgate.store.postgres import PostgresStore, is_postgres_url
 
         if not is_postgres_url(location):
             raise StoreError("errors.store.unknownUrl", url=redact_url(location))

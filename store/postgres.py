@@ -18,8 +18,9 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
+from firstgate.common.redaction import redact_url
 from firstgate.store.base import StoreError
 from firstgate.store.relational import Database, RelationalStore, statements
 from firstgate.store.schema import migrations
@@ -31,18 +32,6 @@ DEFAULT_POOL = 8
 
 def is_postgres_url(url: str) -> bool:
     return url.split(":", 1)[0] in ("postgres", "postgresql", "postgresql+pg8000")
-
-
-def redact_url(url: str) -> str:
-    """The URL as it may be shown: the password replaced by `***`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def _connect_args(url: str) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from firstgate.common.redaction import ServerText
+
 from ..errors import (
     AuthorizationError,
     BadRequestError,
@@ -29,7 +31,6 @@ from ..errors import (
     ServerUnavailableError,
     invoke_error_for_status,
 )
-from ..redaction import ServerText
 from . import messages as m
 from .base import ChatCall, Item, StreamDecoder, WireProtocol
 from .frames import DONE, Frame, ToolCallDelta, Usage

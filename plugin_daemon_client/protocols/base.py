@@ -7,7 +7,7 @@ knows which protocol a route speaks.
 
 Server text never reaches an error as a plain string: protocols wrap it in
 `ServerText`, and the client's `Redactor` turns it into a credential-free
-quote on the way out (see `plugin_daemon_client/redaction.py`).
+quote on the way out (see `common/redaction.py`).
 """
 
 from __future__ import annotations

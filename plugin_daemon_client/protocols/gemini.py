@@ -28,6 +28,8 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+from firstgate.common.redaction import ServerText
+
 from ..errors import (
     AuthorizationError,
     BadRequestError,
@@ -37,7 +39,6 @@ from ..errors import (
     RateLimitError,
     invoke_error_for_status,
 )
-from ..redaction import ServerText
 from . import messages as m
 from .base import ChatCall, Item, StreamDecoder, WireProtocol
 from .frames import DONE, Frame, ToolCallDelta, Usage

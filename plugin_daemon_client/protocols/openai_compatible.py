@@ -8,8 +8,9 @@ from collections.abc import Iterable, Iterator
 from json.decoder import scanstring
 from typing import Any
 
+from firstgate.common.redaction import ServerText
+
 from ..errors import InvokeError, invoke_error_for_status
-from ..redaction import ServerText
 from .base import ChatCall, Item, StreamDecoder, WireProtocol
 from .frames import DONE, Frame, FrameError, ToolCallDelta, Usage
 from .json_body import JsonBody

@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from firstgate.common.redaction import ServerText
+
 from ..errors import (
     BadRequestError,
     ContentBlockedError,
@@ -31,7 +33,6 @@ from ..errors import (
     RateLimitError,
     ServerUnavailableError,
 )
-from ..redaction import ServerText
 from . import messages as m
 from .base import ChatCall, Item, StreamDecoder
 from .frames import DONE, Frame, ToolCallDelta, Usage

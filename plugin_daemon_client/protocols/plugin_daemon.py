@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 
+from firstgate.common.redaction import ServerText
+
 from ..errors import DAEMON_INVOKE_ERRORS, ClientConfigError, InvokeError, InvokeServerError
-from ..redaction import ServerText
 from .base import ChatCall, Endpoint, StreamDecoder, WireProtocol
 from .frames import Frame, FrameError, Usage
 from .openai_compatible import error_from_body

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from firstgate.common.dsl import DslModel
 from firstgate.locales import t
-from firstgate.nodes.config import DslModel
 from firstgate.runtime.app_modes.model_config import (
     EASY_MODES,
     ModelConfigSection,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from firstgate.common.dsl import DslModel, dsl_error, shown
 from firstgate.nodes.agent_tools import ToolEntry
-from firstgate.nodes.config import DslModel, dsl_error, shown
 from firstgate.nodes.model_call import ModelConfig
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 

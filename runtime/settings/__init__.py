@@ -6,7 +6,7 @@ The file is one YAML mapping. Its model-routing keys (`providers`, `default`,
 concern owns one top-level key, its *section*.
 
 Adding a section is one new module here with one pydantic model (a
-`nodes.config.DslModel`, so every mistake becomes a located, translated
+`common.dsl.DslModel`, so every mistake becomes a located, translated
 problem) and one line in `RuntimeSettings` below:
 
     code_executor: CodeExecutorSettings = Field(default_factory=CodeExecutorSettings)

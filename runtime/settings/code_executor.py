@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from firstgate.nodes.config import DslModel, between, dsl_error
+from firstgate.common.dsl import DslModel, between, dsl_error
 from firstgate.runtime.settings.providers import PositiveSeconds
 from firstgate.sandbox.executor import OutputLimits
 from firstgate.sandbox.worker_process import SandboxLimits

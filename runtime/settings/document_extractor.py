@@ -12,7 +12,7 @@ silently shortened text.
 
 from __future__ import annotations
 
-from firstgate.nodes.config import DslModel
+from firstgate.common.dsl import DslModel
 from firstgate.nodes.document_extractor import DEFAULT_MAX_FILE_BYTES
 from firstgate.nodes.document_text import Limits
 from pydantic import Field

@@ -10,7 +10,7 @@ are in the run's outputs), so the folder is the operator's to clean.
 
 from __future__ import annotations
 
-from firstgate.nodes.config import DslModel
+from firstgate.common.dsl import DslModel
 
 
 class FilesSettings(DslModel):

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from firstgate.common.dsl import DslModel, dsl_error, shown
 from firstgate.connectors.guarded_http import (
     DEFAULT_MAX_BINARY_BYTES,
     DEFAULT_MAX_REDIRECTS,
     DEFAULT_MAX_TEXT_BYTES,
 )
 from firstgate.connectors.net_policy import AllowEntryError, parse_allow
-from firstgate.nodes.config import DslModel, dsl_error, shown
 from pydantic import BeforeValidator, Field
 
 

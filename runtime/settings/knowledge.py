@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from firstgate.nodes.config import DslModel, dsl_error, shown
+from firstgate.common.dsl import DslModel, dsl_error, shown
 from pydantic import BeforeValidator, Field
 
 

@@ -43,10 +43,11 @@ Top level, optionally: `breaker: {threshold: 5, cooldown_s: 60}` (see
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-from firstgate.nodes.config import DslModel, between, dsl_error, shown
-from firstgate.plugin_daemon_client.durations import DurationError, parse_duration
+from firstgate.common.dsl import DslModel, between, dsl_error, shown
+from firstgate.common.durations import DurationError, parse_duration
+from firstgate.common.redaction import redact_url
 from firstgate.plugin_daemon_client.fallback import (
     DEFAULT_BREAKER_COOLDOWN_S,
     DEFAULT_BREAKER_THRESHOLD,
@@ -193,7 +194,7 @@ class ProviderRoute(DslModel):
                     "dsl.models.baseUrlCredentials",
                     "base_url must not contain credentials (user:password@), got {value}; "
                     "put the key in the variable named by api_key_env",
-                    value=repr(_without_userinfo(self.base_url)[:80]),
+                    value=repr(redact_url(self.base_url, user=False)[:80]),
                 )
         return self
 
@@ -215,13 +216,6 @@ class ProviderRoute(DslModel):
 
     def budget_settings(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in ROUTE_KEYS if getattr(self, key) is not None}
-
-
-def _without_userinfo(url: str) -> str:
-    """`url` with its `user:password@` part masked, for quoting in a message."""
-    parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"***@{host}"))
 
 
 def _fallback_error(

@@ -20,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from firstgate.common.dsl import DslModel, dsl_error
 from firstgate.connectors.api_tools import ApiSchemaError, parse_openapi
-from firstgate.nodes.config import DslModel, dsl_error
 from firstgate.runtime.problems import DslError
 from firstgate.runtime.settings.knowledge import HttpUrl
 from firstgate.runtime.yaml_reader import read_yaml

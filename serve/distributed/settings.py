@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import redis
+from firstgate.common.redaction import redact_url
 from firstgate.locales.localized_error import LocalizedError
-from firstgate.store.postgres import is_postgres_url, redact_url
+from firstgate.store.postgres import is_postgres_url
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 

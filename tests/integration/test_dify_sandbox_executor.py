@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from firstgate.nodes.cancel import CancelToken
+from firstgate.common.cancel import CancelToken
 from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
 from firstgate.runtime.code_executors import build_code_executor

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.common.cancel import CancelToken
+from firstgate.common.files import File, FileError, from_path, from_remote_url
 from firstgate.connectors.errors import AddressRefusedError
 from firstgate.connectors.hub import Connectors
 from firstgate.nodes import document_extractor
 from firstgate.nodes.base import NodeContext
-from firstgate.nodes.cancel import CancelToken
 from firstgate.nodes.document_text import DocumentError
-from firstgate.nodes.files import File, FileError, from_path, from_remote_url
 
 from tests import documents
 from tests.connect_support import settings

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from firstgate.nodes.cancel import CancelToken
+from firstgate.common.cancel import CancelToken
 from firstgate.plugin_daemon_client import LLMClient
 from firstgate.plugin_daemon_client import errors as E
 from firstgate.plugin_daemon_client.invoke import CallBudgets, ModelRequest, Sinks, invoke

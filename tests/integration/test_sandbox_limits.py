@@ -444,7 +444,7 @@ def test_a_worker_that_dies_is_replaced(pool: ProcessSandbox) -> None:
 
 
 def test_cancel_kills_the_running_job_at_once(pool: ProcessSandbox) -> None:
-    from firstgate.nodes.cancel import CancelToken
+    from firstgate.common.cancel import CancelToken
 
     token = CancelToken()
     code = "import time\ndef main():\n    time.sleep(30)\n"
@@ -575,7 +575,7 @@ class TestJavaScript:
 
 
 def test_a_caller_waiting_for_a_busy_pool_can_be_cancelled() -> None:
-    from firstgate.nodes.cancel import CancelToken
+    from firstgate.common.cancel import CancelToken
 
     with small_sandbox(workers=1) as single:
 

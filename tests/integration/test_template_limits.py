@@ -166,8 +166,8 @@ def test_an_llm_jinja2_prompt_that_computes_renders_in_the_sandbox(pool: Process
             ],
         }
     )
+    from firstgate.common.cancel import CancelToken
     from firstgate.nodes.base import NodeContext
-    from firstgate.nodes.cancel import CancelToken
 
     def context(executor: ProcessSandbox | None) -> NodeContext:
         return NodeContext(

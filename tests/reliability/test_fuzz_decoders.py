@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from firstgate.common.redaction import Redactor
 from firstgate.plugin_daemon_client.errors import FirstGateError
 from firstgate.plugin_daemon_client.protocols import openai_compatible, plugin_daemon
 from firstgate.plugin_daemon_client.protocols.frames import Frame, FrameError
-from firstgate.plugin_daemon_client.redaction import Redactor
 from firstgate.plugin_daemon_client.sse import SSEDecoder, SSEViolation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

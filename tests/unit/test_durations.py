@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from firstgate.plugin_daemon_client.durations import (
+from firstgate.common.durations import (
     DurationError,
     is_unset,
     parse_duration,

@@ -7,8 +7,8 @@ import gc
 from typing import Any
 
 import pytest
+from firstgate.common.cancel import CancelToken
 from firstgate.nodes import jinja
-from firstgate.nodes.cancel import CancelToken
 from firstgate.runtime import RunLimits, load_workflow
 from firstgate.runtime import events as ev
 from firstgate.runtime.variable_pool import VariablePool

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from firstgate.nodes import files
-from firstgate.nodes.files import File, FileError, FileRules, FileType, TransferMethod
+from firstgate.common import files
+from firstgate.common.files import File, FileError, FileRules, FileType, TransferMethod
 
 
 def _write(tmp_path: Path, name: str, size: int) -> Path:

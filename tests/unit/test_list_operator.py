@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.common.cancel import CancelToken
+from firstgate.common.files import File, FileType, TransferMethod
 from firstgate.nodes import list_operator
 from firstgate.nodes.base import NodeContext, NodeRunError
-from firstgate.nodes.cancel import CancelToken
-from firstgate.nodes.files import File, FileType, TransferMethod
 
 
 class Vars:

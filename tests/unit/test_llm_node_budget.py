@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from firstgate.common.cancel import CancelToken
 from firstgate.nodes import llm
 from firstgate.nodes.base import NodeContext, RoutePlan, RouteTarget
-from firstgate.nodes.cancel import CancelToken
 from firstgate.plugin_daemon_client import LLMChunk, current_gate
 from firstgate.plugin_daemon_client import errors as E
 from firstgate.plugin_daemon_client.first_token_budget import (

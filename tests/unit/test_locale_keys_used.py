@@ -38,6 +38,7 @@ SCANNED_DIRS = (
     "plugin_daemon_client",
     "sandbox",
     "connectors",
+    "common",
     "locales",
     "store",
     "serve",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from firstgate.common.cancel import CancelToken
 from firstgate.nodes import answer, end, llm, start, template_transform, variable_aggregator
 from firstgate.nodes.base import NodeContext, NodeRunError
-from firstgate.nodes.cancel import CancelToken
 from firstgate.nodes.selectors import parse_template, template_selectors
 from pydantic import ValidationError
 

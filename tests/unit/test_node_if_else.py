@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from firstgate.common.cancel import CancelToken
 from firstgate.nodes import if_else
 from firstgate.nodes.base import NodeContext
-from firstgate.nodes.cancel import CancelToken
 from firstgate.nodes.comparison import compare
 from firstgate.runtime.problems import problems_from_validation
 from pydantic import ValidationError

@@ -1,4 +1,4 @@
-"""Every rendered text is capped while it is built (`nodes.rendering`): the
+"""Every rendered text is capped while it is built (`common.rendering`): the
 substitution, the answer (node and stream), Jinja templates; an LLM prompt by
 its route's `max_prompt_bytes` instead (`nodes.llm_prompt.PromptBudget`)."""
 
@@ -9,13 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from firstgate.common.cancel import CancelToken
+from firstgate.common.rendering import MAX_RENDERED_CHARS, RenderedTooLongError, TextBudget
 from firstgate.nodes import jinja
 from firstgate.nodes.base import NodeContext
-from firstgate.nodes.cancel import CancelToken
 from firstgate.nodes.llm import Data as LLMData
 from firstgate.nodes.llm import messages_for
 from firstgate.nodes.llm_prompt import PromptTooLargeError
-from firstgate.nodes.rendering import MAX_RENDERED_CHARS, RenderedTooLongError, TextBudget
 from firstgate.nodes.values import render_text
 from firstgate.plugin_daemon_client.plan import RouteTarget
 from firstgate.runtime import events as ev

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from firstgate.nodes.config import DslModel
+from firstgate.common.dsl import DslModel
 from firstgate.plugin_daemon_client.protocols import PROTOCOLS
 from firstgate.runtime.problems import DslError
 from firstgate.runtime.routes import ModelRoutes, RouteError

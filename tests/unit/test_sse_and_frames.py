@@ -6,10 +6,10 @@ import json
 from collections.abc import Callable
 
 import pytest
+from firstgate.common.redaction import Redactor
 from firstgate.plugin_daemon_client import errors as E
 from firstgate.plugin_daemon_client.protocols import openai_compatible, plugin_daemon
 from firstgate.plugin_daemon_client.protocols.frames import FrameError
-from firstgate.plugin_daemon_client.redaction import Redactor
 from firstgate.plugin_daemon_client.sse import SSEDecoder, SSEViolation
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from firstgate.nodes import files
+from firstgate.common import files
 from firstgate.nodes.values import as_markdown, as_text
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from firstgate.nodes.config import QUOTE_LIMIT, shown
+from firstgate.common.dsl import QUOTE_LIMIT, shown
 from firstgate.runtime import DslError, load_workflow
 from firstgate.runtime.yaml_reader import (
     LOADERS,

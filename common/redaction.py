@@ -15,6 +15,12 @@ encoded, JSON-escaped, and base64 (standard and URL-safe, at any alignment
 inside a longer encoded string, e.g. `Authorization: Basic base64(user:key)`).
 Secrets shorter than `MIN_SECRET_CHARS` cannot be redacted without mangling
 ordinary words: clients refuse them.
+
+The one rule for everything a run, a client or a store shows: a key is
+removed in every echoed form (`Redactor`), a URL never shows its password
+(`safe_url` for a URL from a workflow: no credentials, no query, where keys
+travel; `redact_url` for an operator's URL: the password masked, the rest
+kept). `runtime/redaction.py` walks events and records with it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import json
 import re
 from collections.abc import Iterable
 from typing import Any, TypeVar
-from urllib.parse import quote, quote_plus
+from urllib.parse import SplitResult, quote, quote_plus, urlsplit, urlunsplit
 
 from firstgate.locales.localized_error import LocalizedError
 
@@ -158,3 +164,44 @@ class Redactor:
         error.__context__ = None
         error.__suppress_context__ = True
         return error
+
+
+# --- URLs: never their password ---------------------------------------------
+
+
+def _host_port(parts: SplitResult) -> str:
+    """`host[:port]` of a URL, IPv6 in brackets, an unreadable port left out."""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{host}:{port}" if port else host
+
+
+def safe_url(url: object) -> str:
+    """`url` without `user:password@` and without its query (where keys travel):
+    how a URL that came from a workflow is shown."""
+    try:
+        parts = urlsplit(str(url))
+    except ValueError:
+        return "(invalid URL)"
+    return urlunsplit((parts.scheme, _host_port(parts), parts.path, "", ""))
+
+
+def redact_url(url: str, *, user: bool = True) -> str:
+    """The URL as it may be shown: the password replaced by `***` (the user, the
+    path and the query kept: an operator's database or broker URL). `user=False`
+    masks the whole `user:password@` (a key may travel as the user name)."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+        username = parts.username
+    except ValueError:
+        return "(invalid URL)"
+    if password is None and (user or username is None):
+        return url
+    userinfo = f"{username or ''}:{MASK}" if user else MASK
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{_host_port(parts)}"))

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from firstgate.nodes.base import NodeRunError
+from firstgate.locales.localized_error import LocalizedError
 
 # Dify marks serialized files with this so that a file can be told from an
 # object that merely has the same keys.
@@ -73,8 +73,12 @@ _CONFIG_LIMIT_KEYS = {
 }
 
 
-class FileError(NodeRunError):
-    """A file cannot be used: missing, unreadable, too large or not allowed."""
+class FileError(LocalizedError):
+    """A file cannot be used: missing, unreadable, too large or not allowed.
+
+    The floor's own error: a node that meets it fails the way it fails on a
+    `NodeRunError` (the error handler retries and applies the strategy to any
+    exception; events name it by its class)."""
 
 
 def file_type_for(extension: str, mime_type: str = "") -> FileType:

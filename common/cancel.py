@@ -1,4 +1,5 @@
-"""A cancellation token shared by one workflow run and every node attempt in it.
+"""A cancellation token shared by one workflow run and every node attempt in it,
+and `Cancellable`, what every layer below the engine asks of it.
 
 The engine cancels it on abort, failure or a limit; an LLM node attaches its
 gate so the in-flight socket is shut down at once instead of timing out. A
@@ -10,7 +11,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
+
+
+class Cancellable(Protocol):
+    """The cancel token as a client, the sandbox or a connector sees it: call
+    `on_cancel(reason)` if the token is cancelled while inside the block (at
+    once when it already is)."""
+
+    def attached(self, on_cancel: Callable[[str], None]) -> AbstractContextManager[None]: ...
 
 
 class CancelToken:
