@@ -42,19 +42,28 @@ def read_document(source: str | Path) -> dict[str, Any]:
 
 
 def load_workflow(
-    source: str | Path | Mapping[str, Any], *, settings: RuntimeSettings | None = None
+    source: str | Path | Mapping[str, Any],
+    *,
+    settings: RuntimeSettings | None = None,
+    stem: str | None = None,
 ) -> Workflow:
     """A workflow from a DSL file path or an already-parsed mapping.
 
     `settings` (the runtime settings the workflow will run with) lets a node
     check what only the settings can supply, e.g. the definition of an `api`
-    tool. Raises DslError listing every problem found, not only the first.
+    tool. `stem` is the export's file name without its suffix (a path gives
+    its own): part of the app id, so two exports of one name are two apps.
+    Raises DslError listing every problem found, not only the first.
     """
     with _collector_paused():
-        raw = dict(source) if isinstance(source, Mapping) else read_document(source)
+        if isinstance(source, Mapping):
+            raw = dict(source)
+        else:
+            raw = read_document(source)
+            stem = Path(source).stem if stem is None else stem
         # An easy-mode app (chat, agent-chat, completion) becomes its graph first.
         raw, easy = compile_document(raw, settings)
-        return _Loader(raw, settings, easy).load()
+        return _Loader(raw, settings, easy, stem).load()
 
 
 @contextlib.contextmanager
@@ -78,9 +87,11 @@ class _Loader:
         raw: dict[str, Any],
         settings: RuntimeSettings | None = None,
         easy: EasyApp | None = None,
+        stem: str | None = None,
     ) -> None:
         self.raw = raw
         self.easy = easy
+        self.stem = stem
         # Node models read it from the validation context (`info.context["settings"]`).
         self.context = {"settings": settings}
         self.problems: list[Problem] = []
@@ -122,7 +133,7 @@ class _Loader:
             templates=len(templates),
             loader=load_workflow,
             easy=self.easy,
-            **declarations(document),
+            **declarations(document, self.stem),
         )
 
     def _containers(self, nodes: dict[str, NodeDef]) -> None:

@@ -7,7 +7,7 @@ the app. The run console is served from `/` by the same application.
 
 from __future__ import annotations
 
-import json
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -131,11 +131,7 @@ def _locale(request: Request) -> str | None:
 
 
 def _json(data: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(data, ensure_ascii=False, default=str),
-        status=status,
-        mimetype="application/json",
-    )
+    return Response(bodies.dump_json(data), status=status, mimetype="application/json")
 
 
 def _error(error: ApiError, locale: str | None) -> Response:
@@ -179,6 +175,7 @@ class ServiceApi:
         locale = _locale(request)
         try:
             endpoint, values = self.urls.bind_to_environ(request.environ).match()
+            _refuse_nul(values.items(), request.args.items(multi=True))
             handler = getattr(self, f"_{endpoint}")
             if endpoint.startswith(("console", "public")):
                 return handler(request, **values)
@@ -274,6 +271,7 @@ class ServiceApi:
             raise ApiError(400, "too_many_files", "serve.error.tooManyFiles")
         if not given:
             raise ApiError(400, "no_file_uploaded", "serve.error.noFile")
+        _refuse_nul(request.form.items(multi=True))
         user = request.form.get("user") or DEFAULT_USER
         record = uploads.save_upload(
             app,
@@ -463,7 +461,7 @@ class ServiceApi:
         if not user:
             raise invalid_param("serve.error.input", error="user")
         last = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or "0"
-        if not last.isdigit() or len(last) > 9:
+        if not (last.isascii() and last.isdigit()) or len(last) > 9:  # `²` is a digit to isdigit
             raise invalid_param("serve.error.input", error="Last-Event-ID")
         runs = self.context.runs
         handle = runs.by_run_id(run_id) or runs.get(run_id)
@@ -481,7 +479,7 @@ class ServiceApi:
             "task_id": record.id,
             "data": _run_record(record),
         }
-        return self._event_stream(iter([json.dumps(finished, ensure_ascii=False).encode()]))
+        return self._event_stream(iter([bodies.dump_json(finished)]))
 
     def _event_stream(self, events: Iterator[bytes | None], first: int = 0) -> Response:
         def frames() -> Iterator[bytes]:
@@ -548,6 +546,14 @@ class ServiceApi:
         if not deleted:
             raise not_found("serve.error.noConversation")
         return Response(status=204)
+
+
+def _refuse_nul(*pairs: Iterable[tuple[str, str]]) -> None:
+    """A NUL in a path segment, a query or a form field is Dify's 400: PostgreSQL's
+    text cannot hold one (werkzeug already decodes bad UTF-8 there as U+FFFD)."""
+    for name, value in itertools.chain(*pairs):
+        if "\x00" in name or "\x00" in value:
+            raise invalid_param("serve.error.badText", field=name.replace("\x00", "\ufffd"))
 
 
 def _wait(stream: EventSource) -> list[dict[str, Any]]:
