@@ -24,6 +24,7 @@ from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.completion import CompletionBody, CompletionReply, not_completion_app
 from firstgate.serve.errors import (
     ApiError,
+    dump_json,
     invalid_param,
     not_chat_app,
     not_found,
@@ -131,7 +132,7 @@ def _locale(request: Request) -> str | None:
 
 
 def _json(data: Any, status: int = 200) -> Response:
-    return Response(bodies.dump_json(data), status=status, mimetype="application/json")
+    return Response(dump_json(data), status=status, mimetype="application/json")
 
 
 def _error(error: ApiError, locale: str | None) -> Response:
@@ -479,7 +480,7 @@ class ServiceApi:
             "task_id": record.id,
             "data": _run_record(record),
         }
-        return self._event_stream(iter([bodies.dump_json(finished)]))
+        return self._event_stream(iter([dump_json(finished)]))
 
     def _event_stream(self, events: Iterator[bytes | None], first: int = 0) -> Response:
         def frames() -> Iterator[bytes]:

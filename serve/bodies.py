@@ -99,8 +99,8 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise invalid_param("serve.error.notAnObject")
     where = unstorable_at(value)
-    if where is not None:
-        raise invalid_param("serve.error.badText", field=where)
+    if where is not None:  # named with the character itself shown as U+FFFD
+        raise invalid_param("serve.error.badText", field=UNSTORABLE.sub("\ufffd", where))
     return value
 
 
@@ -127,17 +127,6 @@ def unstorable_at(value: Any) -> str | None:
         elif isinstance(item, list):
             stack.extend((f"{where}.{i}", child) for i, child in enumerate(item))
     return None
-
-
-def dump_json(value: Any) -> bytes:
-    """JSON text as UTF-8 for a reply or an event stream. A lone surrogate that a
-    run made (a template, a code node) goes as its `\\u` escape, which JSON
-    allows and UTF-8 could not carry raw."""
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        return json.dumps(value, default=str).encode()
 
 
 def validate(model: type[M], data: dict[str, Any]) -> M:

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from firstgate.locales import t
 from firstgate.runtime.engine import WorkflowRun
 from firstgate.serve.apps import App
-from firstgate.serve.bodies import dump_json
+from firstgate.serve.errors import dump_json
 from firstgate.serve.launch import Launcher, RunRequest
 
 log = logging.getLogger("firstgate.serve")

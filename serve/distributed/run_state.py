@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from firstgate.serve.bodies import dump_json
-from firstgate.serve.errors import ApiError
+from firstgate.serve.errors import ApiError, dump_json
 from firstgate.serve.file_links import FileLinks
 from firstgate.serve.launch import Launcher
 from firstgate.serve.runs import EventSource
