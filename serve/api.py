@@ -35,7 +35,7 @@ from firstgate.serve.file_links import FileLinks, preview_headers
 from firstgate.serve.launch import RunRequest
 from firstgate.serve.runs import EventSource, RunHandle, Runs
 from firstgate.store.base import ConversationRecord, MessageRecord, RunRecord, Store
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
@@ -168,7 +168,9 @@ class ServiceApi:
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
         request = Request(environ)
-        request.max_content_length = MAX_JSON_BYTES
+        # One byte past the limit: werkzeug cuts a chunked body (no Content-Length)
+        # at the limit instead of refusing it, so `_body` needs to see the excess.
+        request.max_content_length = MAX_JSON_BYTES + 1
         response = self.dispatch(request)
         return response(environ, start_response)
 
@@ -307,7 +309,7 @@ class ServiceApi:
     def _run_workflow(self, request: Request, app: App) -> Response:
         if app.chat or app.completion:
             raise not_workflow_app()
-        body = bodies.validate(bodies.WorkflowRunBody, bodies.parse_json(request.get_data()))
+        body = bodies.validate(bodies.WorkflowRunBody, bodies.parse_json(_body(request)))
         handle = self._start(
             app,
             body.inputs,
@@ -324,7 +326,7 @@ class ServiceApi:
     def _chat(self, request: Request, app: App) -> Response:
         if not app.chat:
             raise not_chat_app()
-        body = bodies.validate(bodies.ChatBody, bodies.parse_json(request.get_data()))
+        body = bodies.validate(bodies.ChatBody, bodies.parse_json(_body(request)))
         if body.conversation_id is not None:
             self._conversation(app, body.conversation_id, body.user)
         handle = self._start(
@@ -421,7 +423,7 @@ class ServiceApi:
         return self._stop_task(request, app, task_id)
 
     def _stop_task(self, request: Request, app: App, task_id: str) -> Response:
-        body = bodies.validate(bodies.UserBody, bodies.parse_json(request.get_data()))
+        body = bodies.validate(bodies.UserBody, bodies.parse_json(_body(request)))
         # Dify answers success whether or not the task was running (a stop flag).
         self.context.runs.stop(
             task_id, app_id=app.workflow.app_id, user=body.user, reason=t("serve.stoppedByUser")
@@ -539,7 +541,7 @@ class ServiceApi:
     def _delete_conversation(self, request: Request, app: App, conversation_id: str) -> Response:
         if not app.chat:
             raise not_chat_app()
-        raw = request.get_data()
+        raw = _body(request)
         user = bodies.validate(bodies.UserBody, bodies.parse_json(raw)).user if raw.strip() else ""
         deleted = self.context.store.delete_conversation(
             conversation_id, app_id=app.workflow.app_id, user_id=user or DEFAULT_USER
@@ -547,6 +549,14 @@ class ServiceApi:
         if not deleted:
             raise not_found("serve.error.noConversation")
         return Response(status=204)
+
+
+def _body(request: Request) -> bytes:
+    """The JSON body; past MAX_JSON_BYTES, sent with a length or chunked, is 413."""
+    raw = request.get_data()
+    if len(raw) > MAX_JSON_BYTES:
+        raise RequestEntityTooLarge()
+    return raw
 
 
 def _refuse_nul(*pairs: Iterable[tuple[str, str]]) -> None:
