@@ -345,7 +345,7 @@ class ServiceApi:
     def _completion(self, request: Request, app: App) -> Response:
         if not app.completion:
             raise not_completion_app()
-        body = bodies.validate(CompletionBody, bodies.parse_json(request.get_data()))
+        body = bodies.validate(CompletionBody, bodies.parse_json(_body(request)))
         handle = self._start(
             app,
             body.inputs,
