@@ -26,6 +26,7 @@ InputType = Literal[
     "text-input", "paragraph", "select", "number", "checkbox", "json_object", "file", "file-list"
 ]
 FILE_TYPES = ("file", "file-list")
+TEXT_TYPES = ("text-input", "paragraph", "select")
 
 
 class InputVariable(DslModel):
@@ -162,7 +163,9 @@ def _coerce(spec: InputVariable, raw: Any, upload_config: Mapping[str, Any] | No
         if deeper_than(value):
             raise InputError("dsl.input.tooDeep", name=spec.variable, limit=MAX_DEPTH)
         return value
-    text = raw if isinstance(raw, str) else str(raw)
+    if not isinstance(raw, str):  # Dify: an object, a number, NaN are no text
+        raise InputError("dsl.input.notString", name=spec.variable, got=shown(raw))
+    text = raw
     if spec.type == "select" and spec.options and text not in spec.options:
         raise bad("one of " + ", ".join(spec.options))
     if spec.max_length and len(text) > spec.max_length:
@@ -225,6 +228,8 @@ def validate_inputs(
         if raw is None or raw == "" or raw == []:
             if spec.default not in (None, ""):
                 raw = spec.default
+                if spec.type in TEXT_TYPES and not isinstance(raw, str):
+                    raw = str(raw)  # the export's own `default: 5` stays text
             elif spec.required:
                 raise InputError(
                     "dsl.input.missing",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -241,20 +242,58 @@ def _gate(
             yield gate
 
 
+class TextMender:
+    """A model's streamed text as UTF-8 (the wire, the store) can carry it. A
+    server may split one character outside the BMP between two frames, half a
+    surrogate pair in each JSON string: a trailing high surrogate waits for the
+    next piece. A surrogate left alone, and NUL (which PostgreSQL's text cannot
+    hold), become U+FFFD."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        if self._held:
+            text, self._held = self._held + text, ""
+        if not _UNSTORABLE.search(text):
+            return text
+        if "\ud800" <= text[-1] <= "\udbff":
+            text, self._held = text[:-1], text[-1]
+        joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return joined.replace("\x00", "\ufffd")
+
+    def flush(self) -> str:
+        """What is still held at the end of the stream (half a pair: U+FFFD)."""
+        held, self._held = self._held, ""
+        return "\ufffd" if held else ""
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def _attempt(target: RouteTarget, request: ModelRequest, sinks: Sinks) -> _Collected:
     """One attempt on `target`, inside the gate the caller opened."""
     collected = _Collected()
+    text, reasoning = TextMender(), TextMender()
     for chunk in target.client.invoke_llm(**_call_arguments(target, request)):
-        if chunk.text:
-            collected.parts.append(chunk.text)
-            sinks.chunk(chunk.text, target=target.name)
+        piece = text.feed(chunk.text) if chunk.text else ""
+        if piece:
+            collected.parts.append(piece)
+            sinks.chunk(piece, target=target.name)
         if getattr(chunk, "reasoning", ""):
-            collected.reasoning.append(chunk.reasoning)
+            collected.reasoning.append(reasoning.feed(chunk.reasoning))
         collected.calls.extend(getattr(chunk, "tool_calls", ()))
         if chunk.finish_reason:
             collected.finish_reason = chunk.finish_reason
         if chunk.usage is not None:
             collected.usage = chunk.usage
+    rest = text.flush()
+    if rest:
+        collected.parts.append(rest)
+        sinks.chunk(rest, target=target.name)
+    collected.reasoning.append(reasoning.flush())
     return collected
 
 

@@ -49,13 +49,18 @@ def read_document(source: str | Path) -> dict[str, Any]:
 
 
 def load_workflow(
-    source: str | Path | Mapping[str, Any], *, settings: RuntimeSettings | None = None
+    source: str | Path | Mapping[str, Any],
+    *,
+    settings: RuntimeSettings | None = None,
+    stem: str | None = None,
 ) -> Workflow:
     """A workflow from a DSL file path or an already-parsed mapping.
 
     `settings` (the runtime settings the workflow will run with) lets a node
     check what only the settings can supply, e.g. the definition of an `api`
-    tool. Raises DslError listing every problem found, not only the first.
+    tool. `stem` is the export's file name without its suffix (a path gives
+    its own): part of the app id, so two exports of one name are two apps.
+    Raises DslError listing every problem found, not only the first.
     """
     with _collector_paused():
         places = None
@@ -64,9 +69,10 @@ def load_workflow(
         else:
             places = Places(source)  # each problem names the line of its node or edge
             raw = read_yaml_mapping(source, places=places)
+            stem = Path(source).stem if stem is None else stem
         # An easy-mode app (chat, agent-chat, completion) becomes its graph first.
         raw, easy = compile_document(raw, settings)
-        return _Loader(raw, settings, easy, places).load()
+        return _Loader(raw, settings, easy, places, stem).load()
 
 
 @contextlib.contextmanager
@@ -91,10 +97,12 @@ class _Loader:
         settings: RuntimeSettings | None = None,
         easy: EasyApp | None = None,
         places: Places | None = None,
+        stem: str | None = None,
     ) -> None:
         self.raw = raw
         self.easy = easy
         self.places = places
+        self.stem = stem
         # Node models read it from the validation context (`info.context["settings"]`).
         self.context = {"settings": settings}
         self.problems: list[Problem] = []
@@ -146,7 +154,7 @@ class _Loader:
             templates=len(templates),
             loader=load_workflow,
             easy=self.easy,
-            **declarations(document),
+            **declarations(document, self.stem),
         )
 
     def _containers(self, nodes: dict[str, NodeDef]) -> None:

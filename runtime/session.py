@@ -12,9 +12,13 @@ chatflow still runs, as a conversation of one turn.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
+import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,10 +38,17 @@ from firstgate.store.base import (
     NodeExecutionRecord,
     RunRecord,
     Store,
+    StoreError,
     Turn,
     TurnResult,
     VariableValue,
 )
+
+log = logging.getLogger(__name__)
+
+# What a store cannot hold in text: NUL (PostgreSQL) and UTF-16 surrogates that
+# are not part of a pair (no UTF-8 for them).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class ConversationSpec(Protocol):
@@ -169,32 +180,81 @@ class RunSession:
     # ---- the end
 
     def finish(self, summary: RunSummary) -> None:
-        """Record the run (and the chat turn) in the store, in one transaction."""
+        """Record the run (and the chat turn) in the store, in one transaction.
+
+        When the store refuses the record (a value it cannot hold, a full disk,
+        a dropped connection) the run is recorded again as failed, its text made
+        storable, and StoreError says so; the conversation is released either way.
+        """
         store = self.options.store
         run = self._run_record(summary)
-        if self.turn is not None:
-            status = {
-                "succeeded": MESSAGE_NORMAL,
-                "partial-succeeded": MESSAGE_NORMAL,
-                "stopped": MESSAGE_STOPPED,
-            }.get(summary.status, MESSAGE_ERROR)
-            message = MessageRecord(
-                id=self.info.message_id or run.id,
-                query=self.redactor.text(self.options.query or ""),
-                answer=self.redactor.text(summary.answer),
-                status=status,
-                error=summary.error,
-                total_tokens=summary.total_tokens,
-                created_at=self.started_at,
-            )
-            variables = {
-                name: VariableValue(self.conversation_types.get(name, "string"), jsonable(value))
-                for name, value in summary.conversation.items()
-            }
-            turn, self.turn = self.turn, None
+        if self.turn is None:
+            if store is not None:
+                self._record(lambda r, _m, _v: store.record_run(r), run, None, {})
+            return
+        status = {
+            "succeeded": MESSAGE_NORMAL,
+            "partial-succeeded": MESSAGE_NORMAL,
+            "stopped": MESSAGE_STOPPED,
+        }.get(summary.status, MESSAGE_ERROR)
+        message = MessageRecord(
+            id=self.info.message_id or run.id,
+            query=self.redactor.text(self.options.query or ""),
+            answer=self.redactor.text(summary.answer),
+            status=status,
+            error=summary.error,
+            total_tokens=summary.total_tokens,
+            created_at=self.started_at,
+        )
+        variables = {
+            name: VariableValue(self.conversation_types.get(name, "string"), jsonable(value))
+            for name, value in summary.conversation.items()
+        }
+        turn = self.turn
+
+        def commit(
+            run: RunRecord, message: MessageRecord | None, variables: Mapping[str, VariableValue]
+        ) -> None:
+            assert message is not None
             turn.commit(TurnResult(run=run, message=message, variables=variables))
-        elif store is not None:
-            store.record_run(run)
+
+        try:
+            self._record(commit, run, message, variables)
+        finally:
+            # A commit ends the turn; otherwise the lease must go now, not when it
+            # expires (the run's time limit later), or the conversation stays busy.
+            self.turn = None
+            with contextlib.suppress(Exception):  # unreachable store: the lease expires
+                turn.release()
+
+    def _record(
+        self,
+        write: Callable[[RunRecord, MessageRecord | None, Mapping[str, VariableValue]], None],
+        run: RunRecord,
+        message: MessageRecord | None,
+        variables: Mapping[str, VariableValue],
+    ) -> None:
+        """`write` the records; when that fails, write them again as a failure with
+        every text storable, then raise a StoreError that quotes nothing it got."""
+        try:
+            write(run, message, variables)
+            return
+        except Exception as exc:  # noqa: BLE001 - any refusal of the store is handled alike
+            # The driver's words (a value, a PostgreSQL error dict) go to the log only.
+            log.warning("run %s was not recorded: %s", run.id, self.redactor.text(repr(exc)))
+            failure = exc if isinstance(exc, StoreError) else StoreError("errors.store.notRecorded")
+        error = run.error if run.status == "failed" and run.error else str(failure)
+        failed_run = storable(dataclasses.replace(run, status="failed", error=error))
+        failed_message = None
+        if message is not None:
+            failed_message = storable(
+                dataclasses.replace(message, status=MESSAGE_ERROR, error=error)
+            )
+        try:
+            write(failed_run, failed_message, {})  # a failed turn writes no variable
+        except Exception as exc:  # noqa: BLE001 - the failure below is what the run reports
+            log.warning("run %s was not recorded as failed: %s", run.id, repr(exc))
+        raise failure
 
     def close(self) -> None:
         """Give the conversation up if the run ended without `finish` (idempotent)."""
@@ -223,6 +283,24 @@ class RunSession:
             nodes=list(summary.nodes),
             files=[_file_record(name, f) for name, f in self.files],
         )
+
+
+def storable(value: Any) -> Any:
+    """`value` (records, mappings, lists, text) with every text storable: surrogate
+    pairs joined, lone surrogates and NUL as U+FFFD."""
+    if isinstance(value, str):
+        if not _UNSTORABLE.search(value):
+            return value
+        joined = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return joined.replace("\x00", "\ufffd")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: storable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, Mapping):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v) for v in value]
+    return value
 
 
 def _file_record(variable: str, file: File) -> FileRecord:

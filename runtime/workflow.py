@@ -67,8 +67,10 @@ class Workflow:
     conversation_variables: list[ConversationVar] = field(default_factory=list)
     file_upload: FileUploadRules = field(default_factory=FileUploadRules)
     upload_config: dict[str, Any] = field(default_factory=dict)
-    # Dify's app id and workflow (version) id, derived: the app from its name and
-    # mode (conversations belong to it), the version from the graph's content.
+    # Dify's app id and workflow (version) id, derived: the app from its mode, name
+    # and file stem (conversations, runs and uploads belong to it; the stem also
+    # names serve's key, so two served exports never share one), the version from
+    # the graph's content.
     app_id: str = ""
     workflow_id: str = ""
     # Distinct templates its nodes render: the compiled-template cache keeps room
@@ -271,8 +273,16 @@ def _derived_id(*parts: str) -> str:
     return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(parts)))
 
 
-def declarations(document: Document) -> dict[str, Any]:
-    """The `Workflow` fields that come from the document around the graph."""
+def derive_app_id(mode: str, name: str, stem: str | None) -> str:
+    """The app id: the same file gives the same id wherever it lies (the CLI, serve,
+    a worker); a mapping loaded without a stem keeps the id of its mode and name."""
+    parts = ("app", mode, name) if stem is None else ("app", mode, name, "file", stem)
+    return _derived_id(*parts)
+
+
+def declarations(document: Document, stem: str | None = None) -> dict[str, Any]:
+    """The `Workflow` fields that come from the document around the graph (and the
+    export's file stem, for the app id)."""
     section = document.workflow
     upload = section.features.file_upload
     content = json.dumps(
@@ -294,6 +304,6 @@ def declarations(document: Document) -> dict[str, Any]:
         "file_upload": _upload_rules(upload),
         "show_retriever_resources": section.features.retriever_resource.enabled,
         "upload_config": dict(upload.fileUploadConfig),
-        "app_id": _derived_id("app", document.app.mode, document.app.name),
+        "app_id": derive_app_id(document.app.mode, document.app.name, stem),
         "workflow_id": _derived_id("workflow", hashlib.sha256(content.encode()).hexdigest()),
     }

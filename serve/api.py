@@ -7,7 +7,7 @@ the app. The run console is served from `/` by the same application.
 
 from __future__ import annotations
 
-import json
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.completion import CompletionBody, CompletionReply, not_completion_app
 from firstgate.serve.errors import (
     ApiError,
+    dump_json,
     invalid_param,
     not_chat_app,
     not_found,
@@ -35,7 +36,7 @@ from firstgate.serve.file_links import FileLinks, preview_headers
 from firstgate.serve.launch import RunRequest
 from firstgate.serve.runs import EventSource, RunHandle, Runs
 from firstgate.store.base import ConversationRecord, MessageRecord, RunRecord, Store
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
@@ -132,11 +133,7 @@ def _locale(request: Request) -> str | None:
 
 
 def _json(data: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(data, ensure_ascii=False, default=str),
-        status=status,
-        mimetype="application/json",
-    )
+    return Response(dump_json(data), status=status, mimetype="application/json")
 
 
 def _error(error: ApiError, locale: str | None) -> Response:
@@ -172,7 +169,9 @@ class ServiceApi:
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
         request = Request(environ)
-        request.max_content_length = MAX_JSON_BYTES
+        # One byte past the limit: werkzeug cuts a chunked body (no Content-Length)
+        # at the limit instead of refusing it, so `_body` needs to see the excess.
+        request.max_content_length = MAX_JSON_BYTES + 1
         response = self.dispatch(request)
         return response(environ, start_response)
 
@@ -180,6 +179,7 @@ class ServiceApi:
         locale = _locale(request)
         try:
             endpoint, values = self.urls.bind_to_environ(request.environ).match()
+            _refuse_nul(values.items(), request.args.items(multi=True))
             handler = getattr(self, f"_{endpoint}")
             if endpoint.startswith(("console", "public")):
                 return handler(request, **values)
@@ -276,6 +276,7 @@ class ServiceApi:
             raise ApiError(400, "too_many_files", "serve.error.tooManyFiles")
         if not given:
             raise ApiError(400, "no_file_uploaded", "serve.error.noFile")
+        _refuse_nul(request.form.items(multi=True))
         user = request.form.get("user") or DEFAULT_USER
         record = uploads.save_upload(
             app,
@@ -310,7 +311,7 @@ class ServiceApi:
     def _run_workflow(self, request: Request, app: App) -> Response:
         if app.chat or app.completion:
             raise not_workflow_app()
-        body = bodies.validate(bodies.WorkflowRunBody, bodies.parse_json(request.get_data()))
+        body = bodies.validate(bodies.WorkflowRunBody, bodies.parse_json(_body(request)))
         handle = self._start(
             app,
             body.inputs,
@@ -327,7 +328,7 @@ class ServiceApi:
     def _chat(self, request: Request, app: App) -> Response:
         if not app.chat:
             raise not_chat_app()
-        body = bodies.validate(bodies.ChatBody, bodies.parse_json(request.get_data()))
+        body = bodies.validate(bodies.ChatBody, bodies.parse_json(_body(request)))
         if body.conversation_id is not None:
             self._conversation(app, body.conversation_id, body.user)
         handle = self._start(
@@ -346,7 +347,7 @@ class ServiceApi:
     def _completion(self, request: Request, app: App) -> Response:
         if not app.completion:
             raise not_completion_app()
-        body = bodies.validate(CompletionBody, bodies.parse_json(request.get_data()))
+        body = bodies.validate(CompletionBody, bodies.parse_json(_body(request)))
         handle = self._start(
             app,
             body.inputs,
@@ -424,7 +425,7 @@ class ServiceApi:
         return self._stop_task(request, app, task_id)
 
     def _stop_task(self, request: Request, app: App, task_id: str) -> Response:
-        body = bodies.validate(bodies.UserBody, bodies.parse_json(request.get_data()))
+        body = bodies.validate(bodies.UserBody, bodies.parse_json(_body(request)))
         # Dify answers success whether or not the task was running (a stop flag).
         self.context.runs.stop(
             task_id, app_id=app.workflow.app_id, user=body.user, reason=t("serve.stoppedByUser")
@@ -465,7 +466,7 @@ class ServiceApi:
         if not user:
             raise invalid_param("serve.error.input", error="user")
         last = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or "0"
-        if not last.isdigit() or len(last) > 9:
+        if not (last.isascii() and last.isdigit()) or len(last) > 9:  # `²` is a digit to isdigit
             raise invalid_param("serve.error.input", error="Last-Event-ID")
         runs = self.context.runs
         handle = runs.by_run_id(run_id) or runs.get(run_id)
@@ -483,7 +484,7 @@ class ServiceApi:
             "task_id": record.id,
             "data": _run_record(record),
         }
-        return self._event_stream(iter([json.dumps(finished, ensure_ascii=False).encode()]))
+        return self._event_stream(iter([dump_json(finished)]))
 
     def _event_stream(self, events: Iterator[bytes | None], first: int = 0) -> Response:
         def frames() -> Iterator[bytes]:
@@ -542,7 +543,7 @@ class ServiceApi:
     def _delete_conversation(self, request: Request, app: App, conversation_id: str) -> Response:
         if not app.chat:
             raise not_chat_app()
-        raw = request.get_data()
+        raw = _body(request)
         user = bodies.validate(bodies.UserBody, bodies.parse_json(raw)).user if raw.strip() else ""
         deleted = self.context.store.delete_conversation(
             conversation_id, app_id=app.workflow.app_id, user_id=user or DEFAULT_USER
@@ -550,6 +551,22 @@ class ServiceApi:
         if not deleted:
             raise not_found("serve.error.noConversation")
         return Response(status=204)
+
+
+def _body(request: Request) -> bytes:
+    """The JSON body; past MAX_JSON_BYTES, sent with a length or chunked, is 413."""
+    raw = request.get_data()
+    if len(raw) > MAX_JSON_BYTES:
+        raise RequestEntityTooLarge()
+    return raw
+
+
+def _refuse_nul(*pairs: Iterable[tuple[str, str]]) -> None:
+    """A NUL in a path segment, a query or a form field is Dify's 400: PostgreSQL's
+    text cannot hold one (werkzeug already decodes bad UTF-8 there as U+FFFD)."""
+    for name, value in itertools.chain(*pairs):
+        if "\x00" in name or "\x00" in value:
+            raise invalid_param("serve.error.badText", field=name.replace("\x00", "\ufffd"))
 
 
 def _wait(stream: EventSource) -> list[dict[str, Any]]:

@@ -2,9 +2,10 @@
 the API key its environment variable gives it.
 
 An app's key comes from `FIRSTGATE_APP_KEY_<STEM>` (the file's stem upper-cased,
-every other character `_`), never from the export. An export without a key, one
-that does not load, or one whose key another app already has, is not served;
-each is reported by name at start-up and the other apps are served anyway.
+every other character `_`), never from the export; its app id from its mode,
+name and stem. An export without a key, one that does not load, or one whose
+key or app id another app already has, is not served; each is reported by
+name at start-up and the other apps are served anyway.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def load_app(path: Path, key: str, settings: RuntimeSettings | None = None) -> A
     """One export as an app; raises DslError (every problem) when it does not load.
     `settings` define the api and workflow tools its tool and agent nodes use."""
     raw = read_document(path)
-    workflow = load_workflow(raw, settings=settings)
+    workflow = load_workflow(raw, settings=settings, stem=path.stem)
     raw, _ = compile_document(raw, settings)  # an easy-mode app's features and form
     app_section = raw.get("app", {})
     features = raw.get("workflow", {}).get("features") or {}
@@ -118,6 +119,7 @@ def load_directory(
     found = AppDirectory()
     exports = sorted(p for p in directory.iterdir() if p.suffix in EXPORT_SUFFIXES and p.is_file())
     owners: dict[str, Path] = {}
+    ids: dict[str, Path] = {}
     for path in exports:
         variable = key_variable(path.stem)
         key = environ.get(variable, "").strip()
@@ -143,6 +145,13 @@ def load_directory(
         except LocalizedError as exc:
             found.skipped.append(Skipped(path, "serve.app.notLoaded", {"error": exc.render()}))
             continue
+        # Every check of who may read a conversation, run or upload compares app
+        # ids: two apps with one id would read each other's data.
+        other = ids.get(app.workflow.app_id)
+        if other is not None:
+            found.skipped.append(Skipped(path, "serve.app.idTaken", {"other": other.name}))
+            continue
         owners[key] = path
+        ids[app.workflow.app_id] = path
         found.apps[path.stem] = app
     return found

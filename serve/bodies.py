@@ -6,6 +6,7 @@ what was wrong with it (never a traceback)."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any, Literal, TypeVar
 
@@ -97,7 +98,35 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         raise invalid_param("serve.error.badJson") from None
     if not isinstance(value, dict):
         raise invalid_param("serve.error.notAnObject")
+    where = unstorable_at(value)
+    if where is not None:  # named with the character itself shown as U+FFFD
+        raise invalid_param("serve.error.badText", field=UNSTORABLE.sub("\ufffd", where))
     return value
+
+
+# NUL and lone UTF-16 surrogates: valid in JSON (`"\u0000"`, `"\udfff"`), but
+# no UTF-8 reply can carry a lone surrogate and PostgreSQL's text holds no NUL.
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def unstorable_at(value: Any) -> str | None:
+    """Where (`inputs.topic`, `files.0.url`) a text or key of a JSON value holds
+    a character the store cannot keep, or None."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:  # iterative: a body may nest as deep as the JSON decoder allows
+        where, item = stack.pop()
+        if isinstance(item, str):
+            if UNSTORABLE.search(item):
+                return where or "body"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                path = f"{where}.{key}" if where else str(key)
+                if UNSTORABLE.search(key):
+                    return path
+                stack.append((path, child))
+        elif isinstance(item, list):
+            stack.extend((f"{where}.{i}", child) for i, child in enumerate(item))
+    return None
 
 
 def validate(model: type[M], data: dict[str, Any]) -> M:

@@ -43,7 +43,18 @@ class ApiError(Exception):
         )
 
     def encoded(self, locale: str | None = None) -> bytes:
-        return json.dumps(self.body(locale), ensure_ascii=False).encode()
+        return dump_json(self.body(locale))
+
+
+def dump_json(value: Any) -> bytes:
+    """JSON text as UTF-8 for a reply or an event stream. A lone surrogate that a
+    run made (a template, a code node) goes as its `\\u` escape, which JSON
+    allows and UTF-8 could not carry raw."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, default=str).encode()
 
 
 # The errors Dify's Service API answers with (code, status), by what went wrong.

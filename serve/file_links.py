@@ -103,7 +103,11 @@ class FileLinks:
         return f"{base_url.rstrip('/')}/files/{upload_id}/file-preview?{query}"
 
     def valid(self, upload_id: str, timestamp: str, nonce: str, sign: str) -> bool:
-        if not (timestamp.isdigit() and nonce and sign):
+        # ASCII only: `²` passes isdigit but not int(), a non-ASCII sign fails
+        # compare_digest; a second-count longer than 12 digits is no link of ours.
+        if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
+            return False
+        if not (nonce and sign and sign.isascii()):
             return False
         if time.time() - int(timestamp) > self.ttl:
             return False

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -25,9 +26,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from firstgate.locales import t
 from firstgate.runtime.engine import WorkflowRun
 from firstgate.serve.apps import App
+from firstgate.serve.errors import dump_json
 from firstgate.serve.launch import Launcher, RunRequest
+
+log = logging.getLogger("firstgate.serve")
 
 # How long a finished run's events stay readable (a blocking caller, a late reader).
 KEEP_FINISHED_S = 300.0
@@ -80,7 +85,7 @@ class EventStream(EventSource):
         self.ended_at: float | None = None
 
     def publish(self, event: dict[str, Any]) -> None:
-        encoded = json.dumps(event, ensure_ascii=False, default=str).encode()
+        encoded = dump_json(event)
         with self._changed:
             self._events.append(encoded)
             self._changed.notify_all()
@@ -194,19 +199,21 @@ def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -
             stream.publish(wire)
             if wire["event"] in last:
                 stream.end()
-    except Exception as exc:  # noqa: BLE001 - the engine reports failures as events; this is a bug
-        stream.publish(_internal_error(run, exc))
+    except Exception:  # noqa: BLE001 - the engine reports failures as events; this is a bug
+        log.exception("run %s failed outside the engine", run.run_id)
+        stream.publish(_internal_error(run))
     finally:
         stream.end()
         on_end()
 
 
-def _internal_error(run: WorkflowRun, exc: BaseException) -> dict[str, Any]:
+def _internal_error(run: WorkflowRun) -> dict[str, Any]:
+    # What went wrong is in the log: an exception's words are no reply.
     return {
         **run.info.envelope("error"),
         "status": 500,
         "code": "internal_server_error",
-        "message": f"{type(exc).__name__}: {exc}",
+        "message": t("serve.error.internal"),
     }
 
 

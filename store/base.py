@@ -173,7 +173,9 @@ class Turn(ABC):
 
     @abstractmethod
     def commit(self, result: TurnResult) -> None:
-        """Write the turn in one transaction and release the conversation."""
+        """Write the turn in one transaction and release the conversation. When
+        it raises, nothing was written and the turn still holds the conversation:
+        commit again (something smaller) or `release` it."""
 
     @abstractmethod
     def release(self) -> None:

@@ -612,10 +612,10 @@ class _RelationalTurn(Turn):
     def commit(self, result: TurnResult) -> None:
         if not self._open:
             raise RuntimeError("turn already ended")
-        try:
-            self.store._commit_turn(self, result)
-        finally:
-            self._open = False
+        # A failed commit rolled back whole, the lease's deletion with it: the
+        # turn still holds the conversation until `release` (or another commit).
+        self.store._commit_turn(self, result)
+        self._open = False
 
     def release(self) -> None:
         if self._open:

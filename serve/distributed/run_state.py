@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from firstgate.serve.errors import ApiError
+from firstgate.serve.errors import ApiError, dump_json
 from firstgate.serve.file_links import FileLinks
 from firstgate.serve.launch import Launcher
 from firstgate.serve.runs import EventSource
@@ -240,7 +240,7 @@ class EventSink:
             self.lost()
 
     def publish(self, event: dict[str, Any]) -> None:
-        self._put("e", json.dumps(event, ensure_ascii=False, default=str).encode())
+        self._put("e", dump_json(event))
 
     def refuse(self, error: ApiError) -> None:
         """The run could not start: the API process that queued it answers with `error`."""

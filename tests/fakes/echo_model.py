@@ -7,7 +7,8 @@ prints `PORT n`, then answers every `/v1/chat/completions` request with the
 words `echo: <the last user message>`, one word per frame, `--interval`
 seconds apart. A message containing `[slow]` gets 200 words at 0.1 s (a run to
 stop mid-stream), `[medium]` 20 words at 0.1 s, `[think]` 1.2 s of silence before its words, `[flaky]` a 503 every other time; `[count]` answers `turn N` with N the number of user
-messages in the prompt (memory across turns). It serves until stdin closes.
+messages in the prompt (memory across turns), `[split]` an emoji split between
+two frames (half a surrogate pair in each) and then a lone half. It serves until stdin closes.
 gevent: a thousand streams at once cost a thousand greenlets.
 """
 
@@ -72,6 +73,8 @@ def reply_words(request: dict) -> tuple[list[str], float | None]:
         return [f"m{n} " for n in range(20)], 0.1
     if "[count]" in last:
         return ["turn", f" {len(users)}"], None
+    if "[split]" in last:  # one emoji split between two frames, then half of another
+        return ["smile ", "\ud83d", "\ude00", " half \udfff"], None
     words = ["echo:"] + [f" {w}" for w in str(last).split()]
     return words, None
 

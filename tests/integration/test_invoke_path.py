@@ -286,6 +286,19 @@ def test_text_chunks_reach_the_chunk_sink_with_the_target() -> None:
     assert reply.process_data()["route"] == "r"
 
 
+@pytest.mark.parametrize("kind", ["openai-compatible", "plugin-daemon"])
+def test_text_is_mended_before_anyone_sees_it(kind: str) -> None:
+    # One emoji split between two frames (half a surrogate pair in each JSON
+    # string), a lone half, a NUL, and a half at the very end.
+    pieces = ["smile ", "\ud83d", "\ude00", " half \udfff", " nul \x00", " end \ud83d"]
+    seen: list[str] = []
+    with route(fake.tokens(pieces), kind=kind) as (_, plan):
+        reply = invoke(plan, request(), Sinks(chunk=lambda t, target=None: seen.append(t)))
+    assert reply.text == "smile \U0001f600 half \ufffd nul \ufffd end \ufffd"
+    assert "".join(seen) == reply.text
+    reply.text.encode()  # the store and the wire take it
+
+
 def test_the_cancel_token_shuts_the_call_down() -> None:
     token = CancelToken()
     # Without the cancel the server would answer "late" after 10 s.

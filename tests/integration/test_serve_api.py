@@ -136,6 +136,56 @@ def test_an_oversized_body_is_413_and_the_server_goes_on(server: Server) -> None
         assert http.get("/v1/info").status_code == 200
 
 
+def test_a_chunked_body_over_the_limit_is_413(server: Server) -> None:
+    def body() -> Iterator[bytes]:  # a generator: sent chunked, no Content-Length
+        yield b'{"inputs": {"topic": "'
+        for _ in range(50):
+            yield b"x" * (1024 * 1024)
+        yield b'"}, "user": "u"}'
+
+    with server.key_client("story") as http:
+        _error(http.post("/v1/workflows/run", content=body()), 413, "request_entity_too_large")
+        assert http.get("/v1/info").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "value", [b"5", b"2.5", b"NaN", b"Infinity", b"true", b'{"a": 1}', b'["a"]']
+)
+def test_a_text_input_takes_only_a_string(server: Server, value: bytes) -> None:
+    with server.key_client("story") as http:
+        body = b'{"inputs": {"topic": ' + value + b'}, "user": "u"}'
+        message = _error(http.post("/v1/workflows/run", content=body), 400, "invalid_param")
+        assert "topic" in message["message"] and "must be a string" in message["message"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"timestamp": "\u00b2", "nonce": "n", "sign": "s"},  # a digit to isdigit, not to int
+        {"timestamp": "9" * 5000, "nonce": "n", "sign": "s"},  # past int()'s digit limit
+        {"timestamp": str(int(time.time())), "nonce": "n", "sign": "s\u00e9"},
+    ],
+)
+def test_odd_file_links_are_403_without_a_key(server: Server, query: dict[str, str]) -> None:
+    reply = httpx.get(f"{server.url}/files/{'0' * 36}/file-preview", params=query)
+    _error(reply, 403, "forbidden")
+    assert "Traceback" not in server.output()
+
+
+def test_a_last_event_id_of_odd_digits_is_400(server: Server) -> None:
+    with server.key_client("story") as http:
+        run = http.post("/v1/workflows/run", json={"inputs": {"topic": "x"}, "user": "u"}).json()[
+            "workflow_run_id"
+        ]
+        # `\xb2` is `²` in the latin-1 that HTTP headers are read as.
+        reply = http.get(
+            f"/v1/workflow/{run}/events", params={"user": "u"}, headers={"Last-Event-ID": b"\xb2"}
+        )
+        _error(reply, 400, "invalid_param")
+        assert http.get(f"/v1/workflow/{run}/events", params={"user": "u"}).status_code == 200
+    assert "Traceback" not in server.output()
+
+
 def test_the_wrong_route_for_the_app_is_difys_error(server: Server) -> None:
     with server.key_client("story") as story, server.key_client("chat") as chat:
         _error(

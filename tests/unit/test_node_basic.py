@@ -67,6 +67,25 @@ def test_start_rejects_bad_inputs(inputs: dict[str, Any], key: str) -> None:
     assert info.value.message_key == key
 
 
+@pytest.mark.parametrize("value", [5, 2.5, float("nan"), float("inf"), True, {"a": 1}, ["a"]])
+@pytest.mark.parametrize("kind", ["text-input", "paragraph", "select"])
+def test_a_text_input_takes_only_a_string(kind: str, value: Any) -> None:
+    data = start.Data.model_validate(
+        {"type": "start", "variables": [{"variable": "t", "type": kind, "options": []}]}
+    )
+    with pytest.raises(start.InputError) as info:
+        start.validate_inputs(data, {"t": value})
+    assert info.value.message_key == "dsl.input.notString"
+    assert "must be a string" in str(info.value)
+
+
+def test_a_text_input_default_from_the_export_stays_text() -> None:
+    data = start.Data.model_validate(
+        {"type": "start", "variables": [{"variable": "t", "type": "text-input", "default": 5}]}
+    )
+    assert start.validate_inputs(data, {}) == {"t": "5"}
+
+
 def test_end_reads_selectors() -> None:
     data = end.Data.model_validate(
         {"type": "end", "outputs": [{"variable": "o", "value_selector": ["a", "b", "c"]}]}
