@@ -14,12 +14,8 @@ from firstgate.nodes.config import BaseNodeData, DslModel, dsl_error, shown
 from firstgate.nodes.files import File, FileError, FileRules
 from firstgate.nodes.nesting import MAX_DEPTH, deeper_than
 from firstgate.nodes.selectors import Selector
+from firstgate.nodes.spec import NodeSpec
 from pydantic import Field, field_validator
-
-TYPE = "start"
-ROLE = Role.ROOT
-SUPPORTS_RETRY = False
-INLINE = True
 
 InputType = Literal[
     "text-input", "paragraph", "select", "number", "checkbox", "json_object", "file", "file-list"
@@ -239,3 +235,15 @@ def validate_inputs(
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     # The engine validated the inputs before the run began.
     return NodeResult(outputs=dict(ctx.inputs), inputs=dict(ctx.inputs))
+
+
+SPEC = NodeSpec(
+    type="start",
+    role=Role.ROOT,
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=False,
+    inline=True,
+)
