@@ -40,11 +40,9 @@ from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.llm_prompt import MemoryConfig, history_messages
 from firstgate.nodes.model_call import Invocation, ModelConfig, move_legacy_gate_params
 from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.values import as_text, render_text
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
-
-TYPE = "agent"
-SUPPORTS_RETRY = True
 
 BUILTIN_PROVIDERS = ("", "agent", "langgenius/agent", "langgenius/agent/agent")
 STRATEGIES = {
@@ -267,3 +265,14 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             "model_calls": result.calls,
         },
     )
+
+
+SPEC = NodeSpec(
+    type="agent",
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=True,
+    needs=needs,
+)

@@ -9,12 +9,8 @@ from typing import Any
 from firstgate.nodes.base import NodeContext, NodeResult, Role
 from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.selectors import Segment, Selector, parse_template, template_selectors
+from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.values import render_markdown
-
-TYPE = "answer"
-ROLE = Role.RESPONSE
-SUPPORTS_RETRY = False
-INLINE = True
 
 
 class Data(BaseNodeData):
@@ -36,3 +32,16 @@ def template(data: Data) -> list[Segment]:
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     return NodeResult(outputs={"answer": render_markdown(data.answer, ctx.variables)})
+
+
+SPEC = NodeSpec(
+    type="answer",
+    role=Role.RESPONSE,
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=False,
+    template=template,
+    inline=True,
+)

@@ -21,11 +21,8 @@ from firstgate.common.value_types import empty_value, fits, fits_item, type_of
 from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError, VariableReader
 from firstgate.nodes.config import BaseNodeData, OptionalSelector
 from firstgate.nodes.selectors import Selector
+from firstgate.nodes.spec import NodeSpec
 from pydantic import BeforeValidator, Field
-
-TYPE = "assigner"
-SUPPORTS_RETRY = False
-INLINE = True
 
 Operation = Literal[
     "over-write",
@@ -211,3 +208,15 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             }
         )
     return NodeResult(outputs={}, updates=updates, process_data={"updated_variables": changed})
+
+
+SPEC = NodeSpec(
+    type="assigner",
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=False,
+    needs=needs,
+    inline=True,
+)

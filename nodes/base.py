@@ -255,7 +255,7 @@ class ContainerRun(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ContainerSpec:
-    """What a container node module declares (`CONTAINER = ContainerSpec(...)`)."""
+    """What a container node module declares (`NodeSpec(container=ContainerSpec(...))`)."""
 
     # Dify's name for its events (`iteration_started`, `loop_next`, ...) and for
     # the `<kind>_id` / `<kind>_index` fields of the events of its nodes.

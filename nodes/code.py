@@ -23,11 +23,10 @@ from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError
 from firstgate.nodes.code_outputs import check_outputs
 from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.selectors import Selector
+from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.values import jsonable
 from pydantic import BeforeValidator, Field
 
-TYPE = "code"
-SUPPORTS_RETRY = True
 CODE_NEEDS = Needs(code_executor=True)
 
 OutputType = Literal[
@@ -92,3 +91,14 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     result = executor.execute(data.code_language, data.code, inputs, cancel=ctx.cancel)
     outputs = check_outputs(result, data.outputs, executor.output_limits)
     return NodeResult(outputs=outputs, process_data={"inputs": inputs})
+
+
+SPEC = NodeSpec(
+    type="code",
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=True,
+    needs=needs,
+)

@@ -22,9 +22,8 @@ from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.document_text import DocumentError, Limits, extract_text
 from firstgate.nodes.file_content import read
 from firstgate.nodes.selectors import Selector
+from firstgate.nodes.spec import NodeSpec
 
-TYPE = "document-extractor"
-SUPPORTS_RETRY = True
 DEFAULT_MAX_FILE_BYTES = 15 * 1024 * 1024  # Dify's document upload limit
 
 
@@ -85,3 +84,13 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
         [_text(f, ctx) for f in found] if isinstance(found, list) else _text(found, ctx)
     )
     return NodeResult(outputs={"text": text}, process_data=process_data)
+
+
+SPEC = NodeSpec(
+    type="document-extractor",
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=True,
+)

@@ -9,12 +9,8 @@ from firstgate.common.dsl import DslModel
 from firstgate.nodes.base import NodeContext, NodeResult, Role
 from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.selectors import Segment, Selector, TextSegment, VariableSegment
+from firstgate.nodes.spec import NodeSpec
 from pydantic import Field
-
-TYPE = "end"
-ROLE = Role.RESPONSE
-SUPPORTS_RETRY = False
-INLINE = True
 
 
 class OutputVariable(DslModel):
@@ -48,3 +44,16 @@ def template(data: Data) -> list[Segment]:
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     outputs = {o.variable: ctx.variables.get(o.value_selector) for o in data.outputs}
     return NodeResult(outputs=outputs, inputs=outputs)
+
+
+SPEC = NodeSpec(
+    type="end",
+    role=Role.RESPONSE,
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=False,
+    template=template,
+    inline=True,
+)

@@ -47,11 +47,9 @@ from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, Variable
 from firstgate.nodes.config import BaseNodeData, OptionalSelector
 from firstgate.nodes.file_content import read as read_file
 from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.values import render_text
 from pydantic import BeforeValidator, Field, field_validator
-
-TYPE = "http-request"
-SUPPORTS_RETRY = True
 
 METHODS = ("get", "post", "put", "patch", "delete", "head", "options")
 BODY_CONTENT_TYPES = {
@@ -403,3 +401,13 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     if not reply.is_success and (data.error_strategy or data.retry_config.retry_enabled):
         raise HTTPResponseCodeError(reply.status_code)
     return NodeResult(outputs=_outputs(reply, ctx), process_data=process_data)
+
+
+SPEC = NodeSpec(
+    type="http-request",
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=True,
+)

@@ -10,13 +10,10 @@ from firstgate.nodes.base import NodeContext, NodeResult, Role, VariableReader
 from firstgate.nodes.comparison import UNARY, Operator, compare, normalize_operator
 from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.values import render_text
 from pydantic import BeforeValidator, Field, model_validator
 
-TYPE = "if-else"
-ROLE = Role.BRANCH
-SUPPORTS_RETRY = False
-INLINE = True
 ELSE_HANDLE = "false"
 
 
@@ -108,3 +105,16 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
         outputs={"result": False, "selected_case_id": ELSE_HANDLE},
         handles=frozenset({ELSE_HANDLE}),
     )
+
+
+SPEC = NodeSpec(
+    type="if-else",
+    role=Role.BRANCH,
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=False,
+    handles=handles,
+    inline=True,
+)

@@ -32,10 +32,8 @@ from firstgate.nodes.base import (
 )
 from firstgate.nodes.config import BaseNodeData, OptionalSelector, SelectorField
 from firstgate.nodes.selectors import Selector
+from firstgate.nodes.spec import NodeSpec
 
-TYPE = "iteration"
-ROLE = Role.CONTAINER
-SUPPORTS_RETRY = False
 # Rounds at once in parallel mode (Dify's editor offers 1-100).
 MAX_PARALLEL = 100
 
@@ -77,7 +75,7 @@ def _round_root(data: Data) -> str:
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
-    raise NodeRunError("errors.container.notANode", type=TYPE)  # the engine runs its rounds
+    raise NodeRunError("errors.container.notANode", type="iteration")  # the engine runs its rounds
 
 
 class _Iteration:
@@ -155,11 +153,20 @@ def _start(data: Data, ctx: NodeContext) -> _Iteration:
     return _Iteration(data, list(items))
 
 
-CONTAINER = ContainerSpec(
-    kind="iteration",
-    start=_start,
-    round_root=_round_root,
-    inner_names=_inner_names,
-    writable=_writable,
-    round_selectors=_round_selectors,
+SPEC = NodeSpec(
+    type="iteration",
+    role=Role.CONTAINER,
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=False,
+    container=ContainerSpec(
+        kind="iteration",
+        start=_start,
+        round_root=_round_root,
+        inner_names=_inner_names,
+        writable=_writable,
+        round_selectors=_round_selectors,
+    ),
 )

@@ -28,11 +28,9 @@ from firstgate.connectors.knowledge import Condition, MetadataCondition, Record
 from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
 from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.values import render_text
 from pydantic import Field, field_validator
-
-TYPE = "knowledge-retrieval"
-SUPPORTS_RETRY = True
 
 
 class MultipleRetrievalConfig(DslModel):
@@ -180,3 +178,13 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     for position, item in enumerate(results, start=1):
         item["metadata"]["position"] = position
     return NodeResult(outputs={"result": results}, process_data=process)
+
+
+SPEC = NodeSpec(
+    type="knowledge-retrieval",
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=True,
+)

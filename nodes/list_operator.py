@@ -27,12 +27,9 @@ from firstgate.common.files import File
 from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, VariableReader
 from firstgate.nodes.config import BaseNodeData, OptionalSelector
 from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.values import jsonable, render_text
 from pydantic import Field
-
-TYPE = "list-operator"
-SUPPORTS_RETRY = False
-INLINE = True
 
 Operator = Literal[
     "contains", "start with", "end with", "is", "in", "empty",
@@ -228,3 +225,14 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
         "last_record": items[-1] if items else None,
     }
     return NodeResult(outputs=outputs, inputs=inputs, process_data=inputs)
+
+
+SPEC = NodeSpec(
+    type="list-operator",
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=False,
+    inline=True,
+)

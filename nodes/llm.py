@@ -29,12 +29,10 @@ from firstgate.nodes.model_call import (
 )
 from firstgate.nodes.retriever_resources import from_context
 from firstgate.nodes.selectors import Selector
+from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.structured_output import parse_and_validate, schema_problem
 from firstgate.plugin_daemon_client.invoke import ModelRequest
 from pydantic import Field, model_validator
-
-TYPE = "llm"
-SUPPORTS_RETRY = True
 
 
 class StructuredOutput(DslModel):
@@ -176,3 +174,14 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             **reply.process_data(),
         },
     )
+
+
+SPEC = NodeSpec(
+    type="llm",
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=True,
+    needs=needs,
+)

@@ -33,11 +33,9 @@ from firstgate.nodes.base import (
 from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.if_else import Condition, condition_selectors, conditions_hold
 from firstgate.nodes.selectors import Selector
+from firstgate.nodes.spec import NodeSpec
 from pydantic import Field
 
-TYPE = "loop"
-ROLE = Role.CONTAINER
-SUPPORTS_RETRY = False
 # Rounds at most (Dify's LOOP_NODE_MAX_COUNT is 100 by default; the DSL may say more).
 MAX_LOOP_COUNT = 100_000
 
@@ -98,7 +96,7 @@ def _round_root(data: Data) -> str:
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
-    raise NodeRunError("errors.container.notANode", type=TYPE)  # the engine runs its rounds
+    raise NodeRunError("errors.container.notANode", type="loop")  # the engine runs its rounds
 
 
 def _constant(variable: LoopVariable) -> Any:
@@ -198,11 +196,20 @@ def _start(data: Data, ctx: NodeContext) -> _Loop:
     return _Loop(data, ctx.node_id, values)
 
 
-CONTAINER = ContainerSpec(
-    kind="loop",
-    start=_start,
-    round_root=_round_root,
-    inner_names=_inner_names,
-    writable=_inner_names,
-    round_selectors=_round_selectors,
+SPEC = NodeSpec(
+    type="loop",
+    role=Role.CONTAINER,
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=False,
+    container=ContainerSpec(
+        kind="loop",
+        start=_start,
+        round_root=_round_root,
+        inner_names=_inner_names,
+        writable=_inner_names,
+        round_selectors=_round_selectors,
+    ),
 )

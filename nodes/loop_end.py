@@ -4,24 +4,16 @@ from __future__ import annotations
 
 from firstgate.nodes.base import NodeContext, NodeResult
 from firstgate.nodes.config import BaseNodeData
-from firstgate.nodes.selectors import Selector
-
-TYPE = "loop-end"
-SUPPORTS_RETRY = False
-INLINE = True
+from firstgate.nodes.spec import NodeSpec
 
 
 class Data(BaseNodeData):
     pass
 
 
-def selectors(data: Data) -> list[Selector]:
-    return []
-
-
-def output_names(data: Data) -> set[str]:
-    return set()
-
-
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     return NodeResult(breaks=True)
+
+
+# Reads nothing and has no outputs (the defaults).
+SPEC = NodeSpec(type="loop-end", data_model=Data, run=run, inline=True)

@@ -63,13 +63,11 @@ from firstgate.nodes.parameter_values import (
     json_schema,
 )
 from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.values import as_text, render_text
 from firstgate.plugin_daemon_client.invoke import ModelReply, ModelRequest
 from firstgate.plugin_daemon_client.protocols import ToolSpec
 from pydantic import BeforeValidator, Field, field_validator, model_validator
-
-TYPE = "parameter-extractor"
-SUPPORTS_RETRY = True
 
 RESERVED = ("__reason", "__is_success", "__usage")
 FUNCTION_NAME = "extract_parameters"
@@ -317,3 +315,14 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             **reply.process_data(),
         },
     )
+
+
+SPEC = NodeSpec(
+    type="parameter-extractor",
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=True,
+    needs=needs,
+)

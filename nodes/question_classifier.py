@@ -46,13 +46,10 @@ from firstgate.nodes.model_call import (
     move_legacy_gate_params,
 )
 from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.values import as_text, render_text
 from firstgate.plugin_daemon_client.invoke import ModelRequest
 from pydantic import Field, model_validator
-
-TYPE = "question-classifier"
-ROLE = Role.BRANCH  # takes the edge of one class
-SUPPORTS_RETRY = True
 
 
 class ClassifierAnswerError(NodeRunError):
@@ -244,3 +241,17 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             **reply.process_data(),
         },
     )
+
+
+SPEC = NodeSpec(
+    type="question-classifier",
+    role=Role.BRANCH,  # takes the edge of one class
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=True,
+    handles=handles,
+    needs=needs,
+    default_handles=default_handles,
+)

@@ -4,27 +4,19 @@ no events (Dify reports none either); the round's first nodes follow it."""
 
 from __future__ import annotations
 
-from firstgate.nodes.base import NodeContext, NodeResult, Role
+from firstgate.nodes.base import Role
 from firstgate.nodes.config import BaseNodeData
-from firstgate.nodes.selectors import Selector
-
-TYPE = "iteration-start"
-ALIASES = ("loop-start",)
-ROLE = Role.ROUND_START
-SUPPORTS_RETRY = False
+from firstgate.nodes.spec import NodeSpec
 
 
 class Data(BaseNodeData):
     pass
 
 
-def selectors(data: Data) -> list[Selector]:
-    return []
-
-
-def output_names(data: Data) -> set[str]:
-    return set()
-
-
-def run(data: Data, ctx: NodeContext) -> NodeResult:
-    return NodeResult()  # never called: the engine takes its edges
+# Reads nothing, writes nothing, never runs: the engine takes its edges.
+SPEC = NodeSpec(
+    type="iteration-start",
+    aliases=("loop-start",),
+    role=Role.ROUND_START,
+    data_model=Data,
+)

@@ -15,12 +15,8 @@ from firstgate.locales import t
 from firstgate.nodes.base import NodeContext, NodeResult, NodeRunError, Role
 from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.selectors import Selector
+from firstgate.nodes.spec import NodeSpec
 from pydantic import Field, field_validator
-
-TYPE = "start"
-ROLE = Role.ROOT
-SUPPORTS_RETRY = False
-INLINE = True
 
 InputType = Literal[
     "text-input", "paragraph", "select", "number", "checkbox", "json_object", "file", "file-list"
@@ -245,3 +241,15 @@ def validate_inputs(
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     # The engine validated the inputs before the run began.
     return NodeResult(outputs=dict(ctx.inputs), inputs=dict(ctx.inputs))
+
+
+SPEC = NodeSpec(
+    type="start",
+    role=Role.ROOT,
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=False,
+    inline=True,
+)

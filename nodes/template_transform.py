@@ -7,11 +7,8 @@ from firstgate.nodes.base import NodeContext, NodeResult
 from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.jinja import JinjaSource, render_jinja
 from firstgate.nodes.selectors import Selector
+from firstgate.nodes.spec import NodeSpec
 from pydantic import Field
-
-TYPE = "template-transform"
-SUPPORTS_RETRY = False
-INLINE = True  # a template for the sandbox moves to a worker (NeedsWorker)
 
 
 class TemplateVariable(DslModel):
@@ -42,3 +39,14 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
         on_dispatcher=ctx.on_dispatcher,
     )
     return NodeResult(outputs={"output": text})
+
+
+SPEC = NodeSpec(
+    type="template-transform",
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=False,
+    inline=True,  # a template for the sandbox moves to a worker (NeedsWorker)
+)

@@ -51,12 +51,10 @@ from firstgate.nodes.base import (
 )
 from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.selectors import Selector, template_selectors
+from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.tool_providers import ToolCall, capped, provider_for
 from firstgate.nodes.values import render_text as render
 from pydantic import Field, ValidationInfo, field_validator, model_validator
-
-TYPE = "tool"
-SUPPORTS_RETRY = True
 
 InputType = Literal["mixed", "variable", "constant"]
 _INPUT_TYPES = ("mixed", "variable", "constant")
@@ -398,3 +396,14 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             "parameters": values,
         },
     )
+
+
+SPEC = NodeSpec(
+    type="tool",
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=True,
+    needs=needs,
+)

@@ -11,13 +11,8 @@ from firstgate.common.dsl import DslModel
 from firstgate.nodes.base import NodeContext, NodeResult, VariableReader
 from firstgate.nodes.config import BaseNodeData, SelectorField
 from firstgate.nodes.selectors import Selector
+from firstgate.nodes.spec import NodeSpec
 from pydantic import Field
-
-TYPE = "variable-aggregator"
-# Dify's first name for this node; older exports still say it.
-ALIASES = ("variable-assigner",)
-SUPPORTS_RETRY = False
-INLINE = True
 
 
 class Group(DslModel):
@@ -83,3 +78,16 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             outputs["output"] = found[1]
             inputs[".".join(found[0][1:])] = found[1]
     return NodeResult(outputs=outputs, inputs=inputs)
+
+
+SPEC = NodeSpec(
+    type="variable-aggregator",
+    # Dify's first name for this node; older exports still say it.
+    aliases=("variable-assigner",),
+    data_model=Data,
+    run=run,
+    selectors=selectors,
+    output_names=output_names,
+    supports_retry=False,
+    inline=True,
+)

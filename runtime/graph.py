@@ -16,7 +16,7 @@ from functools import cached_property
 
 from firstgate.nodes.base import Needs
 from firstgate.nodes.config import BaseNodeData
-from firstgate.nodes.registry import NodeSpec
+from firstgate.nodes.spec import NodeSpec
 
 
 @dataclass(frozen=True, slots=True)
