@@ -117,6 +117,14 @@ def _forms(secret: str) -> set[str]:
     return forms
 
 
+def _longest_echo(secret: str) -> int:
+    """How long the longest text one of `_forms(secret)` matches can be."""
+    escaped = json.dumps(secret)[1:-1]
+    echoes = [secret, quote(secret, safe=""), quote_plus(secret), escaped.replace("/", "\\/")]
+    echoes.extend(_base64_cores(secret.encode("utf-8")))
+    return max(len(echo) for echo in echoes)
+
+
 class Redactor:
     """Removes a client's secrets from text and from errors."""
 
@@ -129,12 +137,31 @@ class Redactor:
         # Longest first: a form that contains another must win.
         ordered = sorted(forms, key=len, reverse=True)
         self._pattern = re.compile("|".join(ordered)) if ordered else None
+        # Text streamed in pieces holds back this much less one: an echo cut in
+        # two by a chunk boundary is whole before any of it goes out.
+        self.longest_echo = max((_longest_echo(s) for s in self.secrets), default=0)
 
     def redact(self, text: str) -> str:
         if self._pattern is None:
             return text
         text = _BASIC.sub(self._basic, text)
         return self._pattern.sub(MASK, text)
+
+    def redact_stream(self, held: str, text: str) -> tuple[str, str]:
+        """The next piece of a streamed text: (what may go out now, redacted; what
+        to hold back until more arrives or the stream ends, then `redact` it).
+
+        Only the last `longest_echo - 1` characters can be the start of an echo
+        still arriving; an echo already whole there goes out whole, masked.
+        """
+        buffer = held + text
+        if self._pattern is None:
+            return buffer, ""
+        cut = max(0, len(buffer) - (self.longest_echo - 1))
+        for match in self._pattern.finditer(buffer):
+            if match.start() < cut < match.end():
+                cut = match.end()  # never cut through an echo
+        return self.redact(buffer[:cut]), buffer[cut:]
 
     def _basic(self, match: re.Match[str]) -> str:
         token = match.group(2)

@@ -11,7 +11,7 @@ lists) are walked.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from firstgate.common.redaction import Redactor as TextRedactor
@@ -38,6 +38,31 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.value(v) for v in value]
         return value
+
+
+class StreamRedaction:
+    """Streamed texts (an answer as it streams, chunk by chunk), redacted across
+    chunk boundaries: a secret the model sends three characters at a time is
+    masked whole. Each stream is held apart by its key; `flush` when it ends."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._text = redactor._text
+        self._held: dict[Hashable, str] = {}
+
+    def feed(self, key: Hashable, text: str) -> str:
+        """What of `text` may go out now (redacted)."""
+        if not self._text.secrets:
+            return text
+        out, self._held[key] = self._text.redact_stream(self._held.pop(key, ""), text)
+        return out
+
+    def flush(self, key: Hashable) -> str:
+        """What the stream held back, redacted: its last characters."""
+        return self._text.redact(self._held.pop(key, ""))
+
+    def holding(self) -> list[Hashable]:
+        """The streams that still hold text back, in the order they began to."""
+        return [key for key, text in self._held.items() if text]
 
 
 NO_SECRETS = Redactor()
