@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from firstgate.common.cancel import Cancellable
+from firstgate.common.storable_text import REPLACEMENT, is_storable, mend
 
 from .fallback import FallbackChain, Target
 from .first_token_budget import (
@@ -257,20 +257,16 @@ class TextMender:
     def feed(self, text: str) -> str:
         if self._held:
             text, self._held = self._held + text, ""
-        if not _UNSTORABLE.search(text):
+        if is_storable(text):
             return text
         if "\ud800" <= text[-1] <= "\udbff":
             text, self._held = text[:-1], text[-1]
-        joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-        return joined.replace("\x00", "\ufffd")
+        return mend(text)
 
     def flush(self) -> str:
         """What is still held at the end of the stream (half a pair: U+FFFD)."""
         held, self._held = self._held, ""
-        return "\ufffd" if held else ""
-
-
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+        return REPLACEMENT if held else ""
 
 
 def _attempt(target: RouteTarget, request: ModelRequest, sinks: Sinks) -> _Collected:

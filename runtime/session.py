@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from firstgate.common.files import File, FileRules
+from firstgate.common.storable_text import mend
 from firstgate.nodes.base import ChatTurn
 from firstgate.nodes.start import coerce_files
 from firstgate.nodes.values import jsonable
@@ -45,10 +45,6 @@ from firstgate.store.base import (
 )
 
 log = logging.getLogger(__name__)
-
-# What a store cannot hold in text: NUL (PostgreSQL) and UTF-16 surrogates that
-# are not part of a pair (no UTF-8 for them).
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class ConversationSpec(Protocol):
@@ -289,10 +285,7 @@ def storable(value: Any) -> Any:
     """`value` (records, mappings, lists, text) with every text storable: surrogate
     pairs joined, lone surrogates and NUL as U+FFFD."""
     if isinstance(value, str):
-        if not _UNSTORABLE.search(value):
-            return value
-        joined = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-        return joined.replace("\x00", "\ufffd")
+        return mend(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         changes = {f.name: storable(getattr(value, f.name)) for f in dataclasses.fields(value)}
         return dataclasses.replace(value, **changes)

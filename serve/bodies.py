@@ -6,10 +6,11 @@ what was wrong with it (never a traceback)."""
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from typing import Any, Literal, TypeVar
 
+from firstgate.common.storable_text import is_storable
+from firstgate.common.storable_text import shown as shown_text
 from firstgate.serve.errors import ApiError, invalid_param
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -100,13 +101,8 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         raise invalid_param("serve.error.notAnObject")
     where = unstorable_at(value)
     if where is not None:  # named with the character itself shown as U+FFFD
-        raise invalid_param("serve.error.badText", field=UNSTORABLE.sub("\ufffd", where))
+        raise invalid_param("serve.error.badText", field=shown_text(where))
     return value
-
-
-# NUL and lone UTF-16 surrogates: valid in JSON (`"\u0000"`, `"\udfff"`), but
-# no UTF-8 reply can carry a lone surrogate and PostgreSQL's text holds no NUL.
-UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def unstorable_at(value: Any) -> str | None:
@@ -116,12 +112,12 @@ def unstorable_at(value: Any) -> str | None:
     while stack:  # iterative: a body may nest as deep as the JSON decoder allows
         where, item = stack.pop()
         if isinstance(item, str):
-            if UNSTORABLE.search(item):
+            if not is_storable(item):
                 return where or "body"
         elif isinstance(item, dict):
             for key, child in item.items():
                 path = f"{where}.{key}" if where else str(key)
-                if UNSTORABLE.search(key):
+                if not is_storable(key):
                     return path
                 stack.append((path, child))
         elif isinstance(item, list):
