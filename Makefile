@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml setup.py $(LLAMA_WHEEL)
 setup: $(STAMP)
 
 model: setup
-	$(BIN)/python -m firstgate.runtime.local_model fetch
+	$(BIN)/python -m firstgate.runtime.models.local_model fetch
 
 demo: model
 	$(BIN)/firstgate run examples/chat.yml --query "Name three colours of the rainbow."

@@ -97,7 +97,7 @@ def machine() -> dict[str, str]:
     except OSError:
         pass
     try:
-        from firstgate.runtime.local_model import find_llama_server
+        from firstgate.runtime.models.local_model import find_llama_server
 
         out = subprocess.run(
             [str(find_llama_server()), "--version"],

@@ -33,7 +33,7 @@ from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from firstgate.nodes.jinja import render_jinja  # noqa: E402
+from firstgate.nodes.templates.jinja import render_jinja  # noqa: E402
 from firstgate.runtime import RunLimits, load_workflow  # noqa: E402
 from firstgate.runtime import events as ev  # noqa: E402
 

@@ -123,9 +123,9 @@ class PeakRss:
 
 def run_inprocess(model_url: str, streams: int, workdir: Path) -> dict[str, Any]:
     import gevent
-    from firstgate.runtime.loader import load_workflow
-    from firstgate.runtime.route_clients import RouteClients, SharedClients
-    from firstgate.runtime.routes import ModelRoutes
+    from firstgate.runtime.dsl.loader import load_workflow
+    from firstgate.runtime.models.route_clients import RouteClients, SharedClients
+    from firstgate.runtime.models.routes import ModelRoutes
     from firstgate.runtime.settings import load_settings
     from firstgate.serve.server import MAX_ROUTE_CONNECTIONS, raise_open_file_limit
     from firstgate.store import open_store

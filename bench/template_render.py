@@ -19,7 +19,7 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
-from firstgate.nodes.jinja import OPTIONS, compile_template, render_jinja  # noqa: E402
+from firstgate.nodes.templates.jinja import OPTIONS, compile_template, render_jinja  # noqa: E402
 from firstgate.sandbox.process_pool import ProcessSandbox, ProcessSandboxConfig  # noqa: E402
 from jinja2.sandbox import SandboxedEnvironment  # noqa: E402
 

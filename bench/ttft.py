@@ -99,12 +99,12 @@ def main() -> None:
     args = parser.parse_args()
     header(f"6. TTFT overhead vs a raw socket, real llama-server ({args.runs} runs each)")
     try:
-        from firstgate.runtime.local_server import LlamaServer
+        from firstgate.runtime.models.local_server import LlamaServer
 
         server = LlamaServer(ctx_size=2048, parallel=1)
         server.start()
     except Exception as exc:  # noqa: BLE001 - the benchmark is optional without the model
-        line(f"skipped: {exc} (run `python -m firstgate.runtime.local_model fetch`)")
+        line(f"skipped: {exc} (run `python -m firstgate.runtime.models.local_model fetch`)")
         return
     try:
         assert server.port is not None

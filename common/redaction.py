@@ -20,7 +20,7 @@ The one rule for everything a run, a client or a store shows: a key is
 removed in every echoed form (`Redactor`), a URL never shows its password
 (`safe_url` for a URL from a workflow: no credentials, no query, where keys
 travel; `redact_url` for an operator's URL: the password masked, the rest
-kept). `runtime/redaction.py` walks events and records with it.
+kept). `runtime/execution/redaction.py` walks events and records with it.
 """
 
 from __future__ import annotations

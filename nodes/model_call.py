@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from firstgate.common.dsl import DslModel, Milliseconds, dsl_error, shown
 from firstgate.common.durations import DurationError, parse_duration
 from firstgate.nodes.base import NodeContext, NodeRunError, RoutePlan, plan_for
-from firstgate.nodes.llm_prompt import MemoryConfig, history_text
+from firstgate.nodes.llm.prompt import MemoryConfig, history_text
 from firstgate.plugin_daemon_client.invoke import (
     CallBudgets,
     ModelReply,

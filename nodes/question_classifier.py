@@ -30,8 +30,8 @@ from typing import Any
 from firstgate.common.dsl import DslModel, dsl_error, shown
 from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError, Role
 from firstgate.nodes.config import BaseNodeData, SelectorField
-from firstgate.nodes.json_answer import read_json_object
-from firstgate.nodes.llm_prompt import (
+from firstgate.nodes.llm.json_answer import read_json_object
+from firstgate.nodes.llm.prompt import (
     MemoryConfig,
     VisionConfig,
     attach_vision,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from firstgate.common.dsl import DslModel
 from firstgate.nodes.base import NodeContext, NodeResult
 from firstgate.nodes.config import BaseNodeData, SelectorField
-from firstgate.nodes.jinja import JinjaSource, render_jinja
 from firstgate.nodes.selectors import Selector
 from firstgate.nodes.spec import NodeSpec
+from firstgate.nodes.templates.jinja import JinjaSource, render_jinja
 from pydantic import Field
 
 

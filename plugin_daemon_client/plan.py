@@ -1,6 +1,6 @@
 """Where a model call may go: a route and the fallback targets behind it.
 
-The runtime builds these from its settings file (`runtime/route_clients.py`);
+The runtime builds these from its settings file (`runtime/models/route_clients.py`);
 an embedder can hand in plain clients instead (`ClientProvider`). The invoke
 path (`invoke.py`) walks them; nodes only name a provider.
 """

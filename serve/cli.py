@@ -1,5 +1,5 @@
 """The `firstgate` command: `serve` and `worker` are handled here, everything else
-by the runtime's CLI (`runtime/cli.py`).
+by the runtime's CLI (`runtime/cli/command.py`).
 
 `firstgate serve` runs under gevent, so the standard library is patched before
 anything else is imported: this module imports nothing at the top that opens
@@ -341,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_main(args[1:])
     if args[:1] == ["worker"]:
         return worker_main(args[1:])
-    from firstgate.runtime.cli import main as runtime_main
+    from firstgate.runtime.cli.command import main as runtime_main
 
     return runtime_main(args, more_commands=MORE_COMMANDS)
 

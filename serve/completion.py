@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from firstgate.nodes.retriever_resources import from_context
-from firstgate.runtime.events import llm_usage
+from firstgate.runtime.execution.events import llm_usage
 from firstgate.serve.bodies import WorkflowRunBody
 from firstgate.serve.errors import ApiError
 
 if TYPE_CHECKING:
-    from firstgate.runtime.app_modes import EasyApp
+    from firstgate.runtime.dsl.app_modes import EasyApp
     from firstgate.serve.runs import RunHandle
 
 COMPLETION_MODE = "completion"

@@ -20,10 +20,10 @@ from typing import Any
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.base import RoutePlanner
 from firstgate.nodes.start import InputError
-from firstgate.runtime.engine import WorkflowRun
-from firstgate.runtime.environment import EnvVarError
-from firstgate.runtime.limits import RunLimits
-from firstgate.runtime.routes import RouteError
+from firstgate.runtime.execution.engine import WorkflowRun
+from firstgate.runtime.execution.environment import EnvVarError
+from firstgate.runtime.execution.limits import RunLimits
+from firstgate.runtime.models.routes import RouteError
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.sandbox.executor import CodeExecutor
 from firstgate.serve import uploads

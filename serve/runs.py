@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from firstgate.locales import t
-from firstgate.runtime.engine import WorkflowRun
+from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.serve.apps import App
 from firstgate.serve.errors import dump_json
 from firstgate.serve.launch import Launcher, RunRequest

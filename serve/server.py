@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from firstgate.locales import t
-from firstgate.runtime.code_executors import build_code_executor
-from firstgate.runtime.limits import RunLimits
-from firstgate.runtime.route_clients import RouteClients, SharedClients
-from firstgate.runtime.routes import ModelRoutes
+from firstgate.runtime.execution.code_executors import build_code_executor
+from firstgate.runtime.execution.limits import RunLimits
+from firstgate.runtime.models.route_clients import RouteClients, SharedClients
+from firstgate.runtime.models.routes import ModelRoutes
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.serve.access_log import AccessLog
 from firstgate.serve.api import PING_INTERVAL_S, ServeContext, ServiceApi

@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any
 
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 
 

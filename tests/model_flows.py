@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import load_settings
 
 from tests import run_events

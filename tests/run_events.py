@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from firstgate.runtime import events as ev
+from firstgate.runtime.execution import events as ev
 
 
 def final(events: Sequence[ev.Event]) -> ev.WorkflowFinished:

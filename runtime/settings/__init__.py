@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from firstgate.runtime.problems import DslError, problems_from_validation
+from firstgate.runtime.dsl.problems import DslError, problems_from_validation
+from firstgate.runtime.dsl.yaml_reader import read_yaml_mapping
 from firstgate.runtime.settings.code_executor import CodeExecutorSettings
 from firstgate.runtime.settings.document_extractor import DocumentExtractorSettings
 from firstgate.runtime.settings.files import FilesSettings
@@ -27,7 +28,6 @@ from firstgate.runtime.settings.http_request import HttpRequestSettings
 from firstgate.runtime.settings.knowledge import KnowledgeSettings
 from firstgate.runtime.settings.providers import ProvidersSection
 from firstgate.runtime.settings.tools import ToolsSettings
-from firstgate.runtime.yaml_reader import read_yaml_mapping
 from pydantic import Field, ValidationError
 
 

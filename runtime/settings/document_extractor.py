@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from firstgate.common.dsl import DslModel
 from firstgate.nodes.document_extractor import DEFAULT_MAX_FILE_BYTES
-from firstgate.nodes.document_text import Limits
+from firstgate.nodes.document_extractor.text import Limits
 from pydantic import Field
 
 _DEFAULTS = Limits()

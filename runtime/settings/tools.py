@@ -22,9 +22,9 @@ from typing import Annotated, Any, Literal
 
 from firstgate.common.dsl import DslModel, dsl_error
 from firstgate.connectors.api_tools import ApiSchemaError, parse_openapi
-from firstgate.runtime.problems import DslError
+from firstgate.runtime.dsl.problems import DslError
+from firstgate.runtime.dsl.yaml_reader import read_yaml
 from firstgate.runtime.settings.knowledge import HttpUrl
-from firstgate.runtime.yaml_reader import read_yaml
 from pydantic import BeforeValidator, Field, model_validator
 
 

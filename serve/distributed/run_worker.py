@@ -19,7 +19,7 @@ from typing import Any
 from celery.exceptions import SecurityWarning
 from celery.signals import worker_ready
 from firstgate.locales import t
-from firstgate.runtime.limits import RunLimits
+from firstgate.runtime.execution.limits import RunLimits
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.serve.apps import load_directory
 from firstgate.serve.distributed.settings import DistributedSettings

@@ -31,8 +31,8 @@ import gevent
 import redis
 from celery import Celery
 from firstgate.locales import t
-from firstgate.runtime.engine import WorkflowRun
-from firstgate.runtime.events import ErrorEvent, RunInfo, WorkflowFailed
+from firstgate.runtime.execution.engine import WorkflowRun
+from firstgate.runtime.execution.events import ErrorEvent, RunInfo, WorkflowFailed
 from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.distributed.celery_app import TASK_NAME, make_celery, set_dead_letter_sink
 from firstgate.serve.distributed.run_state import (

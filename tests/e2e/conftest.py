@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
-from firstgate.runtime.local_model import LocalModelError, ensure_model, find_llama_server
-from firstgate.runtime.local_server import LocalServer, local_server, server_supports
+from firstgate.runtime.models.local_model import LocalModelError, ensure_model, find_llama_server
+from firstgate.runtime.models.local_server import LocalServer, local_server, server_supports
 
 _E2E_DIR = Path(__file__).resolve().parent
 

@@ -13,11 +13,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import firstgate.runtime.local_server as ls
+import firstgate.runtime.models.local_server as ls
 import httpx
 import pytest
-from firstgate.runtime.local_model import LlamaServerNotFoundError, ModelNotFoundError
-from firstgate.runtime.local_server import (
+from firstgate.runtime.models.local_model import LlamaServerNotFoundError, ModelNotFoundError
+from firstgate.runtime.models.local_server import (
     ExternalLlamaServer,
     LlamaServer,
     LlamaServerStartError,
@@ -182,7 +182,7 @@ def test_missing_binary_says_how_to_install(
 def test_missing_model_says_how_to_fetch(
     llama_binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with pytest.raises(ModelNotFoundError, match="firstgate.runtime.local_model fetch"):
+    with pytest.raises(ModelNotFoundError, match="firstgate.runtime.models.local_model fetch"):
         LlamaServer(tmp_path / "absent.gguf", binary=llama_binary).start()
     monkeypatch.setenv("FIRSTGATE_MODEL_DIR", str(tmp_path / "empty"))
     with pytest.raises(ModelNotFoundError, match="make model"):
@@ -243,7 +243,7 @@ def test_start_timeout_kills_the_server(tmp_path: Path) -> None:
 _CHILD = """
 import sys, time
 from pathlib import Path
-from firstgate.runtime.local_server import LlamaServer
+from firstgate.runtime.models.local_server import LlamaServer
 
 model, binary, die_with_parent = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1"
 with LlamaServer(model, binary=binary, ctx_size=512, die_with_parent=die_with_parent) as s:
@@ -300,7 +300,7 @@ def test_killing_the_parent_leaves_no_orphan(
 _CHILD_CTRL_C_DURING_START = """
 import sys
 from pathlib import Path
-from firstgate.runtime.local_server import LlamaServer
+from firstgate.runtime.models.local_server import LlamaServer
 
 LlamaServer(Path(sys.argv[1]), binary=Path(sys.argv[2]), start_timeout=600, die_with_parent=False).start()
 """

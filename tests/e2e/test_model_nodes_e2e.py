@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from firstgate.plugin_daemon_client import LLMClient, first_token_gate
 from firstgate.plugin_daemon_client import errors as E
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
 

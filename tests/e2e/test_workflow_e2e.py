@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
 
@@ -226,7 +226,7 @@ def test_cli_abort_during_prompt_evaluation_returns_promptly(
         [
             sys.executable,
             "-m",
-            "firstgate.runtime.cli",
+            "firstgate.runtime.cli.command",
             "run",
             str(path),
             "--json",

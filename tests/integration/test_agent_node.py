@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 import yaml
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
-from firstgate.runtime.problems import DslError
-from firstgate.runtime.routes import RouteError
+from firstgate.runtime.dsl.problems import DslError
+from firstgate.runtime.execution import events as ev
+from firstgate.runtime.models.routes import RouteError
 
 from tests import model_flows as mf
 from tests.fakes import llm_server as fake

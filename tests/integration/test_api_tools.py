@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_settings, load_workflow
-from firstgate.runtime.problems import DslError
+from firstgate.runtime.dsl.problems import DslError
+from firstgate.runtime.execution import events as ev
 
 from tests.connect_support import node_end, one_node_flow, settings
 from tests.fakes.http_target import HttpTarget

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
 from firstgate.store import StoreError, open_store

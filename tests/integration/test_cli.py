@@ -30,7 +30,7 @@ def firstgate(
         [
             sys.executable,
             "-c",
-            "import sys; from firstgate.runtime.cli import main; sys.exit(main())",
+            "import sys; from firstgate.runtime.cli.command import main; sys.exit(main())",
             *args,
         ],
         capture_output=True,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from firstgate.runtime import events as ev
-from firstgate.runtime.terminal import json_line
-from firstgate.runtime.yaml_reader import MAX_BYTES, MAX_DEPTH
+from firstgate.runtime.cli.terminal import json_line
+from firstgate.runtime.dsl.yaml_reader import MAX_BYTES, MAX_DEPTH
+from firstgate.runtime.execution import events as ev
 
 from tests.fakes import llm_server as fake
 from tests.integration.test_cli import EXAMPLES, ROOT, firstgate, models_file
@@ -329,13 +329,13 @@ def test_a_closed_pipe_ends_the_run_without_a_traceback(tmp_path: Path) -> None:
 
 SLOW_ABORT = """
 import sys, time
-import firstgate.runtime.engine as engine
+import firstgate.runtime.execution.engine as engine
 abort = engine.WorkflowRun.abort
 def slow_abort(self, reason="workflow aborted"):
     time.sleep(5)  # the first Ctrl-C's abort is still on its way when the second comes
     abort(self, reason)
 engine.WorkflowRun.abort = slow_abort
-from firstgate.runtime.cli import main
+from firstgate.runtime.cli.command import main
 sys.exit(main(sys.argv[1:]))
 """
 

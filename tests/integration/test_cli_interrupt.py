@@ -19,7 +19,7 @@ def start_cli(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "LANG": "C"}
     env.pop("FIRSTGATE_LOCAL_BASE_URL", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "firstgate.runtime.cli", *args],
+        [sys.executable, "-m", "firstgate.runtime.cli.command", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

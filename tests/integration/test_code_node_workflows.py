@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from firstgate.runtime import DslError, load_workflow
-from firstgate.runtime import events as ev
+from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.sandbox.process_pool import ProcessSandbox
 
@@ -344,7 +344,7 @@ def test_cli_runs_a_code_workflow_with_a_settings_file(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "firstgate.runtime.cli",
+            "firstgate.runtime.cli.command",
             "run",
             str(FIXTURES / "code_add_one.yml"),
             "--input",

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 from firstgate.runtime import load_workflow
-from firstgate.runtime.problems import DslError
+from firstgate.runtime.dsl.problems import DslError
 
 from tests import documents
 from tests.connect_support import chain_flow
@@ -47,7 +47,7 @@ def firstgate(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
         [
             sys.executable,
             "-c",
-            "import sys; from firstgate.runtime.cli import main; sys.exit(main())",
+            "import sys; from firstgate.runtime.cli.command import main; sys.exit(main())",
             *args,
         ],
         capture_output=True,

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 from firstgate.sandbox.process_pool import ProcessSandbox
 from firstgate.store import open_store
 

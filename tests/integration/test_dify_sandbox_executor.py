@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 from firstgate.common.cancel import CancelToken
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
-from firstgate.runtime.code_executors import build_code_executor
-from firstgate.runtime.routes import RouteError
+from firstgate.runtime.execution import events as ev
+from firstgate.runtime.execution.code_executors import build_code_executor
+from firstgate.runtime.models.routes import RouteError
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.sandbox.dify_sandbox import DifySandboxConfig, DifySandboxExecutor
 from firstgate.sandbox.errors import (

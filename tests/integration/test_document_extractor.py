@@ -17,7 +17,7 @@ from firstgate.connectors.errors import AddressRefusedError
 from firstgate.connectors.hub import Connectors
 from firstgate.nodes import document_extractor
 from firstgate.nodes.base import NodeContext
-from firstgate.nodes.document_text import DocumentError
+from firstgate.nodes.document_extractor.text import DocumentError
 
 from tests import documents
 from tests.connect_support import settings

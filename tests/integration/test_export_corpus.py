@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from firstgate.runtime import load_workflow
-from firstgate.runtime.problems import DslError
+from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
 from firstgate.store import open_store

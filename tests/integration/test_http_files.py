@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import events as ev
+from firstgate.runtime.execution import events as ev
 
 from tests import documents
 from tests.connect_support import chain_flow, node_end, run_events, settings

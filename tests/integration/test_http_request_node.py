@@ -21,8 +21,8 @@ from firstgate.connectors.guarded_http import (
     decoded,
 )
 from firstgate.connectors.net_policy import NetworkPolicy
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 
 from tests.connect_support import abort_once, node_end, one_node_flow, run_events, settings
 from tests.fakes.http_target import HttpTarget, packed

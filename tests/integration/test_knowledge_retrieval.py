@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from firstgate.connectors.local_index import LocalIndex
-from firstgate.runtime import events as ev
+from firstgate.runtime.execution import events as ev
 
 from tests.connect_support import node_end, one_node_flow, run_events, settings
 from tests.fakes.knowledge_api import KnowledgeApi
@@ -40,7 +40,7 @@ def firstgate(*args: str) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-c",
-            "import sys; from firstgate.runtime.cli import main; sys.exit(main())",
+            "import sys; from firstgate.runtime.cli.command import main; sys.exit(main())",
             *args,
         ],
         capture_output=True,
@@ -287,7 +287,7 @@ def test_unknown_dataset_and_non_text_query_are_errors(
 
 def test_automatic_metadata_filtering_is_refused_by_name() -> None:
     from firstgate.runtime import load_workflow
-    from firstgate.runtime.problems import DslError
+    from firstgate.runtime.dsl.problems import DslError
 
     with pytest.raises(DslError, match="automatic metadata filtering"):
         load_workflow(kr_flow(["x"], metadata_filtering_mode="automatic"))

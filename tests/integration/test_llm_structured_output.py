@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from firstgate.runtime import events as ev
+from firstgate.runtime.execution import events as ev
 
 from tests import model_flows as mf
 from tests.fakes import llm_server as fake

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from firstgate.runtime import events as ev
-from firstgate.runtime.breakers import reset_shared_breakers
+from firstgate.runtime.execution import events as ev
+from firstgate.runtime.models.breakers import reset_shared_breakers
 
 from tests import model_flows as mf
 from tests.fakes import llm_server as fake

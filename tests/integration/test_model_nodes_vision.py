@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import load_settings
 
 from tests import model_flows as mf

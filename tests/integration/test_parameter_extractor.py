@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import events as ev
+from firstgate.runtime.execution import events as ev
 
 from tests import model_flows as mf
 from tests.fakes import llm_server as fake
@@ -152,7 +152,7 @@ def test_bad_parameters_are_refused_at_load(
     tmp_path: Path, patch: dict[str, Any], needle: str
 ) -> None:
     from firstgate.runtime import load_workflow
-    from firstgate.runtime.problems import DslError
+    from firstgate.runtime.dsl.problems import DslError
 
     path = tmp_path / "flow.yml"
     import yaml

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import events as ev
+from firstgate.runtime.execution import events as ev
 
 from tests.fakes import llm_server as fake
 from tests.fakes import probe_server as ps

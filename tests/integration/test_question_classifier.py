@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import events as ev
+from firstgate.runtime.execution import events as ev
 
 from tests import model_flows as mf
 from tests.fakes import llm_server as fake

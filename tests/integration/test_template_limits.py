@@ -8,9 +8,9 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from firstgate.nodes.jinja import compile_template, render_jinja
-from firstgate.runtime import events as ev
+from firstgate.nodes.templates.jinja import compile_template, render_jinja
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 from firstgate.sandbox.errors import CodeResourceLimitError, CodeTimeoutError
 from firstgate.sandbox.process_pool import ProcessSandbox
 

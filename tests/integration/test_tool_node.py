@@ -30,9 +30,9 @@ from firstgate.connectors.tool_parameters import (
     prepare,
 )
 from firstgate.plugin_daemon_client.tool_dispatch import PluginToolClient, ToolReplyTooLargeError
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
-from firstgate.runtime.problems import DslError
+from firstgate.runtime.dsl.problems import DslError
+from firstgate.runtime.execution import events as ev
 
 from tests.connect_support import (
     abort_once,

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 from firstgate.store import open_store
 from firstgate.store.base import MESSAGE_ERROR, MESSAGE_NORMAL, Store
 

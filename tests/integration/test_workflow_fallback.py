@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
-from firstgate.runtime.breakers import reset_shared_breakers
+from firstgate.runtime.execution import events as ev
+from firstgate.runtime.models.breakers import reset_shared_breakers
 from firstgate.runtime.settings import load_settings
 
 from tests.fakes import llm_server as fake

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from firstgate.runtime import DslError, RouteError, load_workflow
-from firstgate.runtime.routes import ModelRoutes
+from firstgate.runtime.models.routes import ModelRoutes
 from firstgate.runtime.settings import load_settings
 
 from tests.integration.test_cli import firstgate

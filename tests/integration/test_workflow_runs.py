@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from firstgate.runtime import RunLimits, load_workflow
-from firstgate.runtime import events as ev
+from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
 

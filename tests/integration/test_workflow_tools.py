@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
-from firstgate.runtime.problems import DslError
+from firstgate.runtime.dsl.problems import DslError
+from firstgate.runtime.execution import events as ev
 from pydantic import ValidationError
 
 from tests.connect_support import abort_once, chain_flow, node_end, settings

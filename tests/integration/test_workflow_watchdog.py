@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import events as ev
-from firstgate.runtime.route_clients import RouteClients
-from firstgate.runtime.routes import ModelRoutes
+from firstgate.runtime.execution import events as ev
+from firstgate.runtime.models.route_clients import RouteClients
+from firstgate.runtime.models.routes import ModelRoutes
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
 

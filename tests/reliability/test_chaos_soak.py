@@ -21,8 +21,8 @@ from firstgate.plugin_daemon_client.errors import (
     InvokeError,
     StreamTimeoutError,
 )
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 
 from tests.fakes import llm_server as fake
 from tests.reliability import support

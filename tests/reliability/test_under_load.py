@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from firstgate.plugin_daemon_client.errors import FIRST_TOKEN, FirstTokenTimeoutError
-from firstgate.runtime import events as ev
 from firstgate.runtime import load_workflow
+from firstgate.runtime.execution import events as ev
 
 from tests.fakes import llm_server as fake
 from tests.reliability import support

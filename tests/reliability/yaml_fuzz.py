@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 from firstgate.runtime import DslError, load_workflow
-from firstgate.runtime.yaml_reader import LOADERS, parse_yaml
+from firstgate.runtime.dsl.yaml_reader import LOADERS, parse_yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

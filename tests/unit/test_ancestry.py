@@ -12,10 +12,10 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import firstgate.runtime.ancestry as ancestry
+import firstgate.runtime.dsl.ancestry as ancestry
 import pytest
 from firstgate.runtime import DslError, load_workflow
-from firstgate.runtime.ancestry import Ancestry
+from firstgate.runtime.dsl.ancestry import Ancestry
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

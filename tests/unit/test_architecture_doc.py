@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
-# A repository path in backticks: `runtime/engine.py`, `plugin_daemon_client/protocols/`.
+# A repository path in backticks: `runtime/execution/engine.py`, `plugin_daemon_client/protocols/`.
 PATH = re.compile(r"`([a-z_]+/(?:[A-Za-z0-9_.<>-]+/)*(?:[A-Za-z0-9_<>-]+\.py)?)`")
 
 

@@ -1,4 +1,4 @@
-"""A code node's result checked as Dify checks it (nodes/code_outputs.py)."""
+"""A code node's result checked as Dify checks it (nodes/code/outputs.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from firstgate.nodes.code import CodeOutput
-from firstgate.nodes.code_outputs import (
+from firstgate.nodes.code.outputs import (
     CodeNodeError,
     DepthLimitError,
     OutputValidationError,

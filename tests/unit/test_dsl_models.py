@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from firstgate.nodes import llm
 from firstgate.nodes.config import DefaultValue, RetryConfig, coerce_default
-from firstgate.runtime.problems import NodeRef, problems_from_validation
+from firstgate.runtime.dsl.problems import NodeRef, problems_from_validation
 from pydantic import ValidationError
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from firstgate.plugin_daemon_client import LLMChunk, current_gate
 from firstgate.runtime import RunLimits, load_workflow
-from firstgate.runtime import events as ev
-from firstgate.runtime.graph import EdgeDef
-from firstgate.runtime.limits import LimitSettingError
-from firstgate.runtime.scheduler import NodeState, Scheduler
+from firstgate.runtime.dsl.graph import EdgeDef
+from firstgate.runtime.execution import events as ev
+from firstgate.runtime.execution.limits import LimitSettingError
+from firstgate.runtime.execution.scheduler import NodeState, Scheduler
 
 Reply = Callable[[list[dict[str, Any]]], Iterator[LLMChunk]]
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from firstgate.common.cancel import CancelToken
-from firstgate.nodes import jinja
+from firstgate.nodes.templates import jinja
 from firstgate.runtime import RunLimits, load_workflow
-from firstgate.runtime import events as ev
-from firstgate.runtime.variable_pool import VariablePool
+from firstgate.runtime.execution import events as ev
+from firstgate.runtime.execution.variable_pool import VariablePool
 
 from tests.run_events import final
 

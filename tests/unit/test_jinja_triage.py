@@ -1,13 +1,13 @@
-"""Which templates render in-process, and the in-process guards (nodes/jinja.py)."""
+"""Which templates render in-process, and the in-process guards (nodes/templates/jinja.py)."""
 
 from __future__ import annotations
 
 import threading
 
 import pytest
-from firstgate.nodes import jinja
 from firstgate.nodes.base import NodeRunError
-from firstgate.nodes.jinja import compile_template, render_jinja
+from firstgate.nodes.templates import jinja
+from firstgate.nodes.templates.jinja import compile_template, render_jinja
 
 INLINE = [
     "Hello {{ name }}!",

@@ -52,7 +52,7 @@ def module_name(path: Path) -> str:
 
 
 def package_of(module: str) -> str:
-    """`firstgate.runtime.engine` -> `runtime`."""
+    """`firstgate.runtime.execution.engine` -> `runtime`."""
     parts = module.split(".")
     return parts[1] if parts[0] == NAMESPACE else parts[0]
 
@@ -176,11 +176,11 @@ def test_the_circle_check_sees_a_circle() -> None:
 def test_type_only_imports_count(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from firstgate.runtime.workflow import Workflow\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from firstgate.runtime.execution.workflow import Workflow\n"
     )
-    known = {"firstgate.runtime.workflow": ROOT / "runtime" / "workflow.py"}
-    found = list(imported(source, "firstgate.runtime.session", known))
-    assert found == ["firstgate.runtime.workflow"]
+    known = {"firstgate.runtime.execution.workflow": ROOT / "runtime" / "workflow.py"}
+    found = list(imported(source, "firstgate.runtime.execution.session", known))
+    assert found == ["firstgate.runtime.execution.workflow"]
 
 
 def bare_imports(path: Path) -> Iterator[str]:

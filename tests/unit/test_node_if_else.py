@@ -9,7 +9,7 @@ from firstgate.common.cancel import CancelToken
 from firstgate.nodes import if_else
 from firstgate.nodes.base import NodeContext
 from firstgate.nodes.comparison import compare
-from firstgate.runtime.problems import problems_from_validation
+from firstgate.runtime.dsl.problems import problems_from_validation
 from pydantic import ValidationError
 
 

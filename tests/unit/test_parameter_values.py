@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from firstgate.nodes.parameter_values import (
+from firstgate.nodes.parameter_extractor.values import (
     ExtractionProblem,
     Parameter,
     check,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from firstgate.nodes import json_answer
 from firstgate.nodes import question_classifier as qc
-from firstgate.nodes.json_answer import read_json_object
+from firstgate.nodes.llm import json_answer
+from firstgate.nodes.llm.json_answer import read_json_object
 
 CLASSES = [qc.ClassConfig(id="1", name="Billing"), qc.ClassConfig(id="2", name="Shipping")]
 NAMES = ["Billing", "Shipping"]

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from firstgate.common.cancel import CancelToken
 from firstgate.common.rendering import MAX_RENDERED_CHARS, RenderedTooLongError, TextBudget
-from firstgate.nodes import jinja
 from firstgate.nodes.base import NodeContext
 from firstgate.nodes.llm import Data as LLMData
 from firstgate.nodes.llm import messages_for
-from firstgate.nodes.llm_prompt import PromptTooLargeError
+from firstgate.nodes.llm.prompt import PromptTooLargeError
+from firstgate.nodes.templates import jinja
 from firstgate.nodes.values import render_text
 from firstgate.plugin_daemon_client.plan import RouteTarget
-from firstgate.runtime import events as ev
+from firstgate.runtime.execution import events as ev
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError

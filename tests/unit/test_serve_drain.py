@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from firstgate.runtime.events import RunInfo
+from firstgate.runtime.execution.events import RunInfo
 from firstgate.serve.runs import EventStream, drain_run
 
 

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import pytest
 from firstgate.common.redaction import MASK
-from firstgate.runtime.redaction import Redactor, StreamRedaction
+from firstgate.runtime.execution.redaction import Redactor, StreamRedaction
 
 SECRET = "sk-live-0123456789abcdef"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from firstgate.nodes import llm
-from firstgate.nodes.structured_output import (
+from firstgate.nodes.llm.structured_output import (
     StructuredOutputError,
     parse_and_validate,
     schema_problem,

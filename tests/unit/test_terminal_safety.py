@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from firstgate.runtime.terminal import strict_json, terminal_safe
+from firstgate.runtime.cli.terminal import strict_json, terminal_safe
 
 
 def test_escape_sequences_and_controls_become_visible() -> None:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from firstgate.common.dsl import QUOTE_LIMIT, shown
 from firstgate.runtime import DslError, load_workflow
-from firstgate.runtime.yaml_reader import (
+from firstgate.runtime.dsl.yaml_reader import (
     LOADERS,
     MAX_ALIAS_GROWTH,
     MAX_BYTES,

@@ -1,0 +1,2 @@
+"""`firstgate run / validate / index`: the command, the human view of a run,
+and how errors are rendered."""

@@ -1,0 +1,946 @@
+"""One workflow run: the dispatcher.
+
+The dispatcher runs in whichever thread (or greenlet) iterates the run. It
+starts ready nodes, receives their chunks, notices and outcomes through one
+queue, updates the variable pool and the schedulers, streams the response
+nodes, and decides how the run ends. A node that only computes (it declares
+`INLINE`: start, end, answer, template, if-else, aggregator, assigner, list
+operator) runs on the dispatcher itself, with no thread hand-off; every other
+node runs on the worker pool. Abort, failure and the time limit all stop the
+run through `_stop`: cancel the token (which shuts in-flight LLM sockets down
+through their gates), wake the dispatcher, drain, report.
+
+Containers (iteration, loop) run their rounds on the same machinery: each
+round is a frame (`runtime/execution/frames.py`) with its own scheduler, streamer and
+variable scope, under the container's cancel token (a child of the run's),
+counted in the run's steps. The container node itself is not code on a
+worker: its `ContainerRun` says which rounds to start and, when they have
+ended, what the container outputs; the dispatcher asks it between rounds.
+
+Order, as Dify's graph engine emits it: when a node finishes, its outputs go
+into the pool and its edges are resolved first, then the text this lets
+through streams, then the node's `node_finished`, then the nodes it made
+ready start. A chatflow's turn ends with `workflow_finished` followed by
+`message_end` (or `error`). The run is recorded in the store just before
+`workflow_finished`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import random
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from firstgate.common.cancel import CancelToken
+from firstgate.connectors.hub import Connectors
+from firstgate.nodes.base import (
+    AgentLogEntry,
+    Clients,
+    NeedsWorker,
+    NodeContext,
+    Role,
+    Round,
+    RoundDone,
+    Rounds,
+)
+from firstgate.nodes.values import jsonable
+from firstgate.plugin_daemon_client.errors import FirstGateError
+from firstgate.plugin_daemon_client.fallback import FallbackEvent
+from firstgate.plugin_daemon_client.gate import WaitInfo
+from firstgate.runtime.dsl.graph import Graph, NodeDef
+from firstgate.runtime.execution import events as ev
+from firstgate.runtime.execution.error_handler import (
+    Outcome,
+    Status,
+    apply_strategy,
+    error_type,
+    execute,
+    succeeded,
+)
+from firstgate.runtime.execution.frames import ContainerExecution, Execution, Frame
+from firstgate.runtime.execution.limits import (
+    Deadline,
+    LimitExceededError,
+    RunLimits,
+    steps_exceeded,
+    time_exceeded,
+)
+from firstgate.runtime.execution.response_stream import Piece, StreamPlan
+from firstgate.runtime.execution.session import RunSession, RunSummary
+from firstgate.runtime.execution.variable_pool import VariablePool
+from firstgate.runtime.execution.worker_pool import WorkerPool
+from firstgate.runtime.models.route_clients import RouteClients
+from firstgate.sandbox.executor import CodeExecutor
+from firstgate.store.base import NodeExecutionRecord
+
+# How long a stopped run waits for its in-flight nodes to notice the cancel.
+DRAIN_GRACE_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    execution: Execution
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    execution: Execution
+    attempt: int
+    text: str
+    target: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Notice:
+    """An event a worker made for its execution (waiting, fallback, retry)."""
+
+    execution: Execution
+    event: ev.Event
+
+
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    aborted: bool  # True: the caller aborted; False: a limit was exceeded
+    reason: str
+    error: BaseException | None = None
+
+
+class WorkflowRun:
+    """Iterate for events; `abort()` from any thread or greenlet stops the run promptly."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        inputs: dict[str, Any],
+        *,
+        session: RunSession,
+        providers: set[str],
+        clients: Clients,
+        limits: RunLimits,
+        max_workers: int,
+        connectors: Connectors | None = None,
+        code_executor: CodeExecutor | None = None,
+        owns_code_executor: bool = False,
+        start_code_executor: bool = False,
+    ) -> None:
+        self.graph = graph
+        self.connectors = connectors
+        self.code_executor = code_executor
+        self._owns_code_executor = owns_code_executor
+        self._start_code_executor = start_code_executor
+        self.providers = providers  # of the LLM nodes the run can reach
+        self.inputs = inputs
+        self.session = session
+        self.info = session.info
+        self.run_id = session.info.workflow_run_id
+        self.limits = limits
+        self.clients = clients
+        self.cancel = CancelToken()
+        self.pool = VariablePool(
+            session.system,
+            session.environment,
+            session.conversation,
+            session.conversation_types,
+            start_id=self.graph.start_id,
+        )
+        self._plans: dict[int, StreamPlan] = {}  # graph -> how it streams (once per graph)
+        self._top = Frame.open(graph, self._plan(graph), self.pool, self.cancel)
+        self.scheduler = self._top.scheduler
+        self.streamer = self._top.streamer
+        self.status: str | None = None
+        self.outputs: dict[str, Any] = {}
+        self.answer = ""  # what the response nodes streamed (a chat message's text)
+        self._redact = session.redactor
+        self._queue: queue.Queue[object] = queue.Queue()
+        self._workers = WorkerPool(max_workers)
+        self._in_flight: dict[str, Execution] = {}  # execution id -> execution
+        self._inline: deque[Execution] = deque()  # started, to run on the dispatcher
+        # Rounds and containers whose last execution ended, to conclude next
+        # (queued, not nested: a thousand short rounds must not nest a thousand calls).
+        self._later: deque[Callable[[], Iterator[ev.Event]]] = deque()
+        self._records: list[NodeExecutionRecord] = []
+        self._steps = 0
+        self._exceptions = 0
+        self._tokens = 0
+        self._usage: dict[str, int] = {}
+        self._resources: list[dict[str, Any]] = []
+        self._written: dict[str, Any] = {}  # conversation variables this run wrote
+        self._failure: tuple[NodeDef, BaseException] | None = None
+        self._stop_message: _Stop | None = None
+        self._stop_lock = threading.Lock()
+        self._t0 = time.monotonic()
+        self._events = self._run()
+
+    # ---- public surface
+
+    def __iter__(self) -> Iterator[ev.Event]:
+        return self
+
+    def __next__(self) -> ev.Event:
+        return next(self._events)
+
+    def abort(self, reason: str = "workflow aborted") -> None:
+        self._stop(_Stop(aborted=True, reason=reason))
+
+    def close(self) -> None:
+        """Stop and release everything if the caller stops iterating early."""
+        self._events.close()
+
+    # ---- stopping
+
+    def _stop(self, message: _Stop) -> None:
+        # Record why *before* cancelling: cancel() shuts in-flight streams down at
+        # once, and a node that sees it can report back before this thread runs
+        # on; the dispatcher must never take that node's end for a finished run.
+        with self._stop_lock:
+            if self._stop_message is not None or self.cancel.cancelled:
+                return
+            self._stop_message = message
+        self.cancel.cancel(message.reason)  # shuts in-flight streams down via their gates
+        self._queue.put(message)  # wakes the dispatcher
+
+    def _time_limit(self) -> None:
+        assert self.limits.max_run_seconds is not None
+        error = time_exceeded(self.limits.max_run_seconds)
+        self._stop(_Stop(aborted=False, reason=str(error), error=error))
+
+    @property
+    def _going(self) -> bool:
+        return self._stop_message is None and self._failure is None
+
+    # ---- the dispatcher
+
+    def _elapsed(self) -> float:
+        return round(time.monotonic() - self._t0, 6)
+
+    def _common(self) -> dict[str, Any]:
+        return {"run": self.info, "elapsed": self._elapsed()}
+
+    def _plan(self, graph: Graph) -> StreamPlan:
+        plan = self._plans.get(id(graph))
+        if plan is None:
+            plan = self._plans[id(graph)] = StreamPlan(graph)
+        return plan
+
+    def _run(self) -> Iterator[ev.Event]:
+        self._t0 = time.monotonic()
+        deadline = Deadline(self.limits.max_run_seconds, self._time_limit)
+        try:
+            yield ev.WorkflowStarted(
+                inputs=self._redact.value(jsonable(self.inputs)), **self._common()
+            )
+            deadline.start()
+            try:
+                if isinstance(self.clients, RouteClients) and self.clients.needs_local(
+                    self.providers
+                ):
+                    # Started here, in the caller's thread, so the server dies with us.
+                    self.clients.start_local()
+            except Exception as exc:  # noqa: BLE001 - reported as the run's failure
+                yield from self._end(self._terminal_failed(exc))
+                return
+            if self._start_code_executor and self.code_executor is not None:
+                # Warm up in the background; a code node waits for a worker if it must.
+                threading.Thread(target=self._warm_up_code_executor, daemon=True).start()
+            yield from self._launch(self._top, [self.graph.start_id], None)
+            yield from self._pump()
+            while self._in_flight and self._going:
+                item = self._queue.get()
+                if isinstance(item, _Done):
+                    yield from self._finish(item.execution, item.outcome)
+                else:
+                    yield from self._relay(item)
+                yield from self._pump()
+            if self._going:
+                yield from self._end(self._terminal_success())
+                return
+            yield from self._drain()
+            yield from self._end(self._terminal_stopped())
+        finally:
+            deadline.cancel()
+            self.cancel.cancel("run finished")
+            self._workers.shutdown(timeout=1.0)
+            self.session.close()
+            if isinstance(self.clients, RouteClients):
+                self.clients.close()
+            if self.connectors is not None:
+                self.connectors.close()
+            if self._owns_code_executor and self.code_executor is not None:
+                self.code_executor.close()
+
+    def _warm_up_code_executor(self) -> None:
+        assert self.code_executor is not None
+        with contextlib.suppress(Exception):  # the first code node reports it
+            self.code_executor.start()
+
+    # ---- starting node executions
+
+    def _launch(
+        self, frame: Frame, node_ids: list[str], predecessor: str | None
+    ) -> Iterator[ev.Event]:
+        """Start nodes that became ready in `frame`: their `node_started` first,
+        in order, then each runs (inline ones later, in `_pump`)."""
+        for node_id in node_ids:
+            if frame.cancel.cancelled:
+                return
+            node = frame.graph.nodes[node_id]
+            if node.spec.role is Role.ROUND_START:
+                yield from self._round_start(frame, node)
+                continue
+            self._steps += 1
+            if self._steps > self.limits.max_steps:
+                error = steps_exceeded(self.limits.max_steps)
+                self._stop(_Stop(aborted=False, reason=str(error), error=error))
+                return
+            execution = Execution(
+                id=new_id(),
+                index=self._steps,
+                node=node,
+                frame=frame,
+                predecessor=predecessor,
+                started=time.monotonic(),
+                created_at=int(time.time()),
+            )
+            frame.scheduler.mark_running(node_id)
+            frame.active += 1
+            self._in_flight[execution.id] = execution
+            if node.spec.container is not None:
+                yield from self._start_container(execution)
+                continue
+            yield ev.NodeStarted(
+                index=execution.index,
+                predecessor_node_id=predecessor,
+                created_at=execution.created_at,
+                **self._node_fields(execution),
+                **self._common(),
+            )
+            if node.spec.inline and node.retries == 0:
+                self._inline.append(execution)
+            else:
+                self._submit(execution)
+
+    def _round_start(self, frame: Frame, node: NodeDef) -> Iterator[ev.Event]:
+        """A round's start node runs nothing and reports nothing: its edges are taken."""
+        step = frame.scheduler.complete(node.id, None)
+        if frame.streamer is not None:
+            yield from self._pieces(frame, frame.streamer.on_node_done(node.id, step.taken, ()))
+        yield from self._launch(frame, step.ready, node.id)
+
+    def _pump(self) -> Iterator[ev.Event]:
+        """Run the started inline nodes on this thread, and what they make ready;
+        conclude ended rounds and containers first."""
+        while (self._later or self._inline) and self._going:
+            if self._later:
+                yield from self._later.popleft()()
+                continue
+            execution = self._inline.popleft()
+            if execution.frame.cancel.cancelled:
+                yield from self._finish(execution, Outcome(Status.CANCELLED, 1))
+                continue
+            try:
+                outcome = execute(
+                    execution.node,
+                    lambda attempt, e=execution: self._context(e, attempt, on_dispatcher=True),
+                    execution.frame.cancel,
+                    self._retry_reporter(execution),
+                )
+            except NeedsWorker:
+                self._submit(execution)  # this run needs more than a moment
+                continue
+            except BaseException as exc:  # noqa: BLE001 - a bug in a node must still end the run cleanly
+                outcome = Outcome(Status.FAILED, 1, error=exc)
+            yield from self._finish(execution, outcome)
+
+    def _submit(self, execution: Execution) -> None:
+        self._workers.submit(lambda: self._execute(execution))
+
+    def _execute(self, execution: Execution) -> None:
+        """Runs on a worker: the node's attempts, retries and strategy."""
+        try:
+            outcome = execute(
+                execution.node,
+                lambda attempt: self._context(execution, attempt),
+                execution.frame.cancel,
+                self._retry_reporter(execution),
+            )
+        except BaseException as exc:  # noqa: BLE001 - a bug in a node must still end the run cleanly
+            outcome = Outcome(Status.FAILED, 1, error=exc)
+        self._queue.put(_Done(execution, outcome))
+
+    def _node_fields(self, execution: Execution) -> dict[str, Any]:
+        """What every event of a node execution says about it (made once)."""
+        fields = execution.fields
+        if fields is None:
+            node = execution.node
+            fields = execution.fields = {
+                "node_id": node.id,
+                "node_type": node.type,
+                "title": node.title,
+                "execution_id": execution.id,
+                "container": execution.frame.place,
+            }
+        return fields
+
+    def _context(
+        self, execution: Execution, attempt: int, on_dispatcher: bool = False
+    ) -> NodeContext:
+        execution.attempt_started[attempt] = time.monotonic()
+
+        def chunk(text: str, target: str | None = None) -> None:
+            self._queue.put(_Chunk(execution, attempt, text, target))
+
+        def wait(info: WaitInfo, target: str | None = None) -> None:
+            event = ev.NodeWaiting(
+                attempt=attempt,
+                wait_elapsed=info.elapsed_s,
+                message=self._redact.text(info.message),
+                message_key=info.message_key,
+                params=self._redact.value(dict(info.params)),
+                target=target,
+                **self._node_fields(execution),
+                **self._common(),
+            )
+            self._queue.put(_Notice(execution, event))
+
+        def fallback(event: FallbackEvent) -> None:
+            self._queue.put(_Notice(execution, self._fallback_event(execution, event, attempt)))
+
+        def agent_log(entry: AgentLogEntry) -> None:
+            event = ev.AgentLog(
+                log_id=entry.id,
+                label=entry.label,
+                status=entry.status,
+                parent_id=entry.parent_id,
+                error=None if entry.error is None else self._redact.text(entry.error),
+                log_data=self._redact.value(dict(entry.data)),
+                metadata=dict(entry.metadata),
+                **self._node_fields(execution),
+                **self._common(),
+            )
+            self._queue.put(_Notice(execution, event))
+
+        return NodeContext(
+            node_id=execution.node.id,
+            attempt=attempt,
+            variables=execution.frame.scope,
+            cancel=execution.frame.cancel,
+            emit_chunk=chunk,
+            emit_wait=wait,
+            emit_fallback=fallback,
+            emit_agent_log=agent_log,
+            clients=self.clients,
+            inputs=self.inputs,
+            code_executor=self.code_executor,
+            connectors=self.connectors,
+            history=self.session.history,
+            on_dispatcher=on_dispatcher,
+        )
+
+    def _fallback_event(
+        self, execution: Execution, event: FallbackEvent, attempt: int
+    ) -> ev.NodeFallback:
+        """A decision of the transport's fallback chain as a run event."""
+        return ev.NodeFallback(
+            attempt=attempt,
+            kind=event.kind,
+            reason=event.reason,
+            target=event.target,
+            message=self._redact.text(event.message),
+            message_key=event.message_key,
+            params=self._redact.value(dict(event.params)),
+            **self._node_fields(execution),
+            **self._common(),
+        )
+
+    def _retry_reporter(self, execution: Execution) -> Any:
+        def report(attempt: int, exc: Exception, interval_ms: int) -> None:
+            event = ev.NodeRetry(
+                attempt=attempt,
+                index=execution.index,
+                predecessor_node_id=execution.predecessor,
+                error_type=error_type(exc),
+                error_message=self._redact.text(str(exc)),
+                partial_text=self._redact.text(
+                    exc.partial_text if isinstance(exc, FirstGateError) else ""
+                ),
+                retry_interval_ms=interval_ms,
+                created_at=execution.created_at,
+                finished_at=int(time.time()),
+                error=exc,
+                **self._node_fields(execution),
+                **self._common(),
+            )
+            self._queue.put(_Notice(execution, event))
+
+        return report
+
+    # ---- what running nodes report
+
+    def _relay(self, item: object) -> Iterator[ev.Event]:
+        if not isinstance(item, _Chunk | _Notice):
+            return  # a stop message: the loop ends on its own
+        frame = item.execution.frame
+        if frame.cancel.cancelled:
+            return  # what a stopped run's (or stopped container's) nodes still send is noise
+        if isinstance(item, _Chunk):
+            yield from self._on_chunk(item)
+            return
+        event = item.event
+        yield event
+        if isinstance(event, ev.NodeRetry) or (
+            isinstance(event, ev.NodeFallback) and event.kind == "swap"
+        ):
+            # Text of the failed attempt (or failed fallback target) not yet
+            # shown never will be: the next one replaces it.
+            if frame.streamer is not None:
+                frame.streamer.on_retry(item.execution.node.id)
+
+    def _on_chunk(self, chunk: _Chunk) -> Iterator[ev.Event]:
+        execution = chunk.execution
+        frame = execution.frame
+        frame.chunk_target[execution.node.id] = chunk.target
+        key = (chunk.attempt, chunk.target)
+        if key not in execution.first_token:
+            execution.first_token.add(key)
+            started = execution.attempt_started.get(chunk.attempt, execution.started)
+            yield ev.NodeFirstToken(
+                attempt=chunk.attempt,
+                target=chunk.target,
+                ttft=round(time.monotonic() - started, 6),
+                **self._node_fields(execution),
+                **self._common(),
+            )
+        if frame.streamer is not None:
+            pieces = frame.streamer.on_chunk(execution.node.id, chunk.attempt, chunk.text)
+            yield from self._pieces(frame, pieces)
+
+    def _pieces(self, frame: Frame, pieces: list[Piece]) -> Iterator[ev.Event]:
+        for piece in pieces:
+            text = self._redact.text(piece.text)
+            self.answer += text
+            streamed = piece.attempt is not None and piece.source is not None
+            yield ev.TextChunk(
+                node_id=piece.response_id,
+                text=text,
+                from_variable_selector=list(piece.selector),
+                source_node_id=piece.source,
+                attempt=piece.attempt,
+                # Unread text is dropped on every retry and swap, so a streamed
+                # piece always comes from the source's latest route.
+                target=frame.chunk_target.get(piece.source or "") if streamed else None,
+                **self._common(),
+            )
+
+    # ---- a node execution ends
+
+    def _finish(self, execution: Execution, outcome: Outcome) -> Iterator[ev.Event]:
+        """Dify's order: outputs into the pool, edges resolved, the text that lets
+        through, the node's end event, then what it made ready starts."""
+        node, frame = execution.node, execution.frame
+        self._in_flight.pop(execution.id, None)
+        if outcome.status not in (Status.SUCCEEDED, Status.EXCEPTION):
+            yield self._node_ended(execution, outcome)
+            if outcome.status is Status.FAILED:
+                error = outcome.error or RuntimeError("node failed")
+                if frame.owner is None:
+                    if self._failure is None:
+                        self._failure = (node, error)
+                        self.cancel.cancel(f"node {node.id} failed")
+                elif frame.error is None:
+                    frame.error = error  # the round fails; nothing after this node runs
+            yield from self._left(frame)
+            return
+        frame.scope.set_outputs(node.id, outcome.outputs)
+        if outcome.status is Status.SUCCEEDED:
+            for selector, value in outcome.updates.items():
+                frame.scope.set(selector, value)
+                if selector[0] == "conversation":
+                    self._written[selector[1]] = value
+            frame.broke = frame.broke or outcome.breaks
+        else:
+            self._exceptions += 1
+        step = frame.scheduler.complete(node.id, outcome.handles)
+        # Dify reports a container's end before the text it lets through, and
+        # any other node's end after that text.
+        container_end = node.spec.container is not None
+        if container_end:
+            yield self._node_ended(execution, outcome)
+        if frame.streamer is not None:
+            pieces = frame.streamer.on_node_done(node.id, step.taken, step.skipped)
+            yield from self._pieces(frame, pieces)
+        if not container_end:
+            yield self._node_ended(execution, outcome)
+        if node.spec.role is Role.RESPONSE and outcome.status is Status.SUCCEEDED:
+            self._merge_response(outcome.outputs)
+        if step.ready and frame.error is None:
+            yield from self._launch(frame, step.ready, node.id)
+        yield from self._left(frame)
+
+    def _left(self, frame: Frame) -> Iterator[ev.Event]:
+        """One execution of `frame` is over: the round ends with its last one."""
+        frame.active -= 1
+        if frame.active == 0 and frame.owner is not None:
+            self._later.append(lambda: self._round_done(frame))
+        return
+        yield  # a generator, like the other steps
+
+    def _merge_response(self, outputs: dict[str, Any]) -> None:
+        # Dify's rule: answers add up, other outputs (an end node's) are set.
+        for key, value in outputs.items():
+            if key == "answer" and isinstance(value, str):
+                self.outputs["answer"] = str(self.outputs.get("answer", "")) + value
+            else:
+                self.outputs[key] = value
+
+    # ---- containers: their rounds run as frames on this dispatcher
+
+    def _start_container(self, execution: Execution) -> Iterator[ev.Event]:
+        node, frame = execution.node, execution.frame
+        spec = node.spec.container
+        assert spec is not None
+        common = {
+            "kind": spec.kind,
+            "created_at": execution.created_at,
+            **self._node_fields(execution),
+        }
+        try:
+            run = spec.start(node.data, self._context(execution, 1, on_dispatcher=True))
+        except Exception as exc:  # noqa: BLE001 - its inputs were wrong: the node failed
+            yield ev.ContainerStarted(**common, **self._common())
+            yield from self._finish(execution, self._failed(execution, exc))
+            return
+        types = {(node.id, name): kind for name, kind in run.variable_types.items()}
+        container = ContainerExecution(
+            execution=execution,
+            run=run,
+            kind=spec.kind,
+            graph=frame.graph.children[node.id],
+            scope=frame.scope.child({node.id: run.variables}, types),
+            cancel=frame.cancel.child(),
+            inputs=dict(run.inputs),
+        )
+        execution.container = container
+        yield ev.ContainerStarted(
+            inputs=self._redact.value(jsonable(container.inputs)),
+            metadata=jsonable(dict(run.metadata)),
+            **common,
+            **self._common(),
+        )
+        yield from self._decide(container, lambda: run.first(container.scope))
+
+    def _decide(self, container: ContainerExecution, ask: Any) -> Iterator[ev.Event]:
+        """Ask the container what next (`ask()`), start the rounds it wants, and
+        end it when no round runs and none was asked for."""
+        decision = Rounds()
+        if container.failure is None:
+            try:
+                decision = ask()
+            except Exception as exc:  # noqa: BLE001 - the container failed (a bad loop variable)
+                container.failure = exc
+        if (decision.stop or container.failure is not None) and not container.stopping:
+            container.stopping = True
+            container.cancel.cancel("container stopped")
+        rounds = [] if container.stopping or container.cancel.cancelled else decision.start
+        # Dify announces the rounds it starts together first, then runs them.
+        for round_ in rounds:
+            if round_.announced:
+                yield ev.ContainerNext(
+                    kind=container.kind,
+                    index=round_.index,
+                    previous_output=self._redact.value(jsonable(round_.previous_output)),
+                    duration=container.last_elapsed,
+                    created_at=int(time.time()),
+                    **self._node_fields(container.execution),
+                    **self._common(),
+                )
+        for round_ in rounds:
+            yield from self._start_round(container, round_)
+        if container.running == 0:
+            self._later.append(lambda: self._end_container(container))
+
+    def _start_round(self, container: ContainerExecution, round_: Round) -> Iterator[ev.Event]:
+        execution = container.execution
+        values = {execution.node.id: round_.values} if round_.values else None
+        frame = Frame.open(
+            container.graph,
+            self._plan(container.graph),
+            container.scope.child(values),
+            container.cancel,
+            owner=container,
+            index=round_.index,
+        )
+        container.running += 1
+        container.rounds += 1
+        frame.active += 1  # held while its first nodes start
+        yield from self._launch(frame, [container.graph.start_id], None)
+        yield from self._left(frame)
+
+    def _round_done(self, frame: Frame) -> Iterator[ev.Event]:
+        container = frame.owner
+        assert container is not None
+        container.running -= 1
+        elapsed = round(time.monotonic() - frame.started, 6)
+        container.last_elapsed = elapsed
+        done = RoundDone(frame.index, frame.scope, frame.error, frame.broke, elapsed)
+        yield from self._decide(container, lambda: container.run.after(done))
+
+    def _end_container(self, container: ContainerExecution) -> Iterator[ev.Event]:
+        execution = container.execution
+        container.cancel.release()
+        if container.failure is not None:
+            outcome = self._failed(execution, container.failure)
+        else:
+            try:
+                outcome = succeeded(container.run.result(), 1)
+            except Exception as exc:  # noqa: BLE001 - the container failed
+                outcome = self._failed(execution, exc)
+        yield from self._finish(execution, outcome)
+
+    def _failed(self, execution: Execution, exc: BaseException) -> Outcome:
+        if execution.frame.cancel.cancelled:
+            return Outcome(Status.CANCELLED, 1, error=exc)
+        return apply_strategy(execution.node, exc, 1)
+
+    # ---- the end events of node executions
+
+    def _node_ended(self, execution: Execution, outcome: Outcome) -> ev.Event:
+        """The node's `node_finished` (a container's `*_completed`), also kept
+        for the run's record."""
+        node = execution.node
+        error = outcome.error
+        metadata: dict[str, Any] = {}
+        tokens = 0
+        if outcome.usage:
+            tokens = int(outcome.usage.get("total_tokens") or 0)
+            self._tokens += tokens
+            for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+                self._usage[key] = self._usage.get(key, 0) + int(outcome.usage.get(key) or 0)
+            metadata.update(total_tokens=tokens, total_price=0, currency="USD")
+            owner = execution.frame.owner
+            while owner is not None:  # a container counts what its rounds used
+                owner.tokens += tokens
+                owner = owner.execution.frame.owner
+        self._resources.extend(dict(r) for r in outcome.retriever_resources)
+        if outcome.strategy:
+            metadata["error_strategy"] = outcome.strategy
+        if error is None and outcome.status is Status.CANCELLED:
+            error_message: str | None = execution.frame.cancel.reason or "cancelled"
+            kind_name: str | None = "StreamCancelledError"
+        else:
+            error_message = self._redact.text(str(error)) if error is not None else None
+            kind_name = error_type(error) if error is not None else None
+        common = {
+            "inputs": self._redact.value(jsonable(outcome.inputs)),
+            "outputs": self._redact.value(jsonable(outcome.outputs)),
+            "created_at": execution.created_at,
+            "finished_at": int(time.time()),
+            "node_elapsed": round(time.monotonic() - execution.started, 6),
+            "error_type": kind_name,
+            "error_message": error_message,
+            "error": error,
+            "index": execution.index,
+            "predecessor_node_id": execution.predecessor,
+            **self._node_fields(execution),
+            **self._common(),
+        }
+        if execution.container is not None or node.spec.container is not None:
+            event: ev.Event = self._container_ended(execution, outcome, metadata, common)
+        else:
+            kind: type[ev.NodeFinished] = {
+                Status.SUCCEEDED: ev.NodeSucceeded,
+                Status.EXCEPTION: ev.NodeException,
+                Status.FAILED: ev.NodeFailed,
+                Status.CANCELLED: ev.NodeStopped,
+            }[outcome.status]
+            extra: dict[str, Any] = {}
+            if kind is ev.NodeException:
+                extra["strategy"] = outcome.strategy or ""
+            event = kind(
+                attempt=outcome.attempt,
+                process_data=self._redact.value(jsonable(outcome.process_data)),
+                execution_metadata=metadata,
+                **extra,
+                **common,
+            )
+        self._records.append(_record(event, execution))
+        return event
+
+    def _container_ended(
+        self,
+        execution: Execution,
+        outcome: Outcome,
+        metadata: dict[str, Any],
+        common: dict[str, Any],
+    ) -> ev.ContainerCompleted:
+        container = execution.container
+        spec = execution.node.spec.container
+        assert spec is not None
+        status = {
+            Status.SUCCEEDED: "succeeded",
+            Status.CANCELLED: "stopped",
+        }.get(outcome.status, "failed")
+        tokens = container.tokens if container is not None else 0
+        details = dict(container.run.details) if container is not None else {}
+        if container is not None and not common["inputs"]:
+            common["inputs"] = self._redact.value(jsonable(container.inputs))
+        return ev.ContainerCompleted(
+            kind=spec.kind,
+            status=status,
+            total_tokens=tokens,
+            steps=container.rounds if container is not None else 0,
+            execution_metadata={
+                "total_tokens": tokens,
+                "total_price": 0,
+                "currency": "USD",
+                **self._redact.value(jsonable(details)),
+                **metadata,
+            },
+            **common,
+        )
+
+    def _drain(self) -> Iterator[ev.Event]:
+        """Report what was running when the run stopped: inline nodes that never
+        ran, worker nodes once they notice the cancel (briefly), then containers."""
+        while self._inline:
+            execution = self._inline.popleft()
+            self._in_flight.pop(execution.id, None)
+            yield self._node_ended(execution, Outcome(Status.CANCELLED, 1))
+        give_up = time.monotonic() + DRAIN_GRACE_S
+        while any(e.container is None for e in self._in_flight.values()):
+            try:
+                item = self._queue.get(timeout=max(0.0, give_up - time.monotonic()))
+            except queue.Empty:
+                break
+            if isinstance(item, _Done):
+                execution = item.execution
+                self._in_flight.pop(execution.id, None)
+                outcome = item.outcome
+                if outcome.status is Status.SUCCEEDED:
+                    execution.frame.scope.set_outputs(execution.node.id, outcome.outputs)
+                if outcome.status is Status.FAILED and self.cancel.cancelled:
+                    # It failed because the run was stopped under it.
+                    outcome = Outcome(Status.CANCELLED, outcome.attempt, error=outcome.error)
+                yield self._node_ended(execution, outcome)
+        for execution in reversed(list(self._in_flight.values())):  # innermost first
+            if execution.container is not None:
+                self._in_flight.pop(execution.id, None)
+                execution.container.cancel.release()
+                yield self._node_ended(execution, Outcome(Status.CANCELLED, 1))
+
+    # ---- how the run ends
+
+    def _totals(self) -> dict[str, Any]:
+        return {
+            "outputs": self._redact.value(jsonable(self.outputs)),
+            "total_tokens": self._tokens,
+            "total_steps": self._steps,
+            "exceptions_count": self._exceptions,
+            "finished_at": int(time.time()),
+        }
+
+    def _terminal_success(self) -> ev.WorkflowFinished:
+        if self._exceptions:
+            self.status = "partial-succeeded"
+            return ev.WorkflowPartialSucceeded(**self._totals(), **self._common())
+        self.status = "succeeded"
+        return ev.WorkflowSucceeded(**self._totals(), **self._common())
+
+    def _terminal_failed(self, error: BaseException) -> ev.WorkflowFinished:
+        self.status = "failed"
+        return ev.WorkflowFailed(
+            error_type=error_type(error),
+            error_message=self._redact.text(str(error)),
+            error=error,
+            **self._totals(),
+            **self._common(),
+        )
+
+    def _terminal_stopped(self) -> ev.WorkflowFinished:
+        if self._failure is not None:
+            return self._terminal_failed(self._failure[1])
+        stop = self._stop_message
+        assert stop is not None
+        if stop.aborted:
+            self.status = "stopped"
+            return ev.WorkflowStopped(
+                reason=stop.reason, error_message=stop.reason, **self._totals(), **self._common()
+            )
+        return self._terminal_failed(stop.error or LimitExceededError("cli.limit.time", limit="?"))
+
+    def _end(self, terminal: ev.WorkflowFinished) -> Iterator[ev.Event]:
+        """Record the run, then report its end (and the chat turn's)."""
+        try:
+            self.session.finish(
+                RunSummary(
+                    status=terminal.status,
+                    inputs=self.inputs,
+                    outputs=self.outputs,
+                    error=terminal.error_message,
+                    elapsed_time=self._elapsed(),
+                    total_tokens=self._tokens,
+                    total_steps=self._steps,
+                    exceptions_count=self._exceptions,
+                    nodes=self._records,
+                    answer=self.answer,
+                    conversation=self._written,
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - a run that cannot be recorded has failed
+            if terminal.status != "failed":
+                terminal = self._terminal_failed(exc)
+        yield terminal
+        if not self.info.chat:
+            return
+        if isinstance(terminal, ev.WorkflowFailed):
+            yield ev.ErrorEvent(message=f"Run failed: {terminal.error_message}", **self._common())
+        else:
+            usage = ev.llm_usage(self._usage, latency=self._elapsed())
+            shown = self.session.workflow.show_retriever_resources
+            resources = _positioned(self._resources) if shown else []
+            yield ev.MessageEnd(
+                answer=self.answer, usage=usage, retriever_resources=resources, **self._common()
+            )
+
+
+def _positioned(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The resources of every model call, numbered 1.. in the order they were used."""
+    return [{**r, "position": i} for i, r in enumerate(resources, start=1)]
+
+
+def new_id() -> str:
+    """A node execution id, in uuid4's form (random, not secret: faster than uuid4)."""
+    return str(uuid.UUID(int=random.getrandbits(128), version=4))
+
+
+def _record(
+    event: ev.NodeFinished | ev.ContainerCompleted, execution: Execution
+) -> NodeExecutionRecord:
+    process_data = event.process_data if isinstance(event, ev.NodeFinished) else {}
+    metadata = event.execution_metadata
+    if event.container is not None:
+        metadata = {**metadata, **event.container.metadata()}
+    return NodeExecutionRecord(
+        id=execution.id,
+        index=event.index,
+        node_id=event.node_id,
+        node_type=event.node_type,
+        title=event.title,
+        predecessor_node_id=event.predecessor_node_id,
+        status=event.status,
+        inputs=event.inputs,
+        process_data=process_data,
+        outputs=event.outputs,
+        error=event.error_message,
+        elapsed_time=event.node_elapsed,
+        execution_metadata=metadata,
+        created_at=event.created_at,
+        finished_at=event.finished_at,
+    )

@@ -1,0 +1,114 @@
+"""Which nodes are ready: edge states, joins and skip propagation.
+
+An edge is pending until its source finishes; then it is taken or skipped.
+A node is ready when every incoming edge is resolved and at least one was
+taken (a join waits for all branches that ran). A node whose incoming edges
+were all skipped is skipped itself, and its outgoing edges with it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from firstgate.nodes.base import SUCCESS_HANDLE
+from firstgate.runtime.dsl.graph import EdgeDef, Graph
+
+
+class EdgeState(Enum):
+    PENDING = "pending"
+    TAKEN = "taken"
+    SKIPPED = "skipped"
+
+
+class NodeState(Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    SKIPPED = "skipped"
+
+
+@dataclass(slots=True)
+class Step:
+    """What one finished node changed: edges it took, nodes that became ready,
+    nodes that will never run (every way in was skipped)."""
+
+    taken: list[EdgeDef] = field(default_factory=list)
+    ready: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+class Scheduler:
+    """Edge and node states of one run of one graph. Each node counts its edges
+    not yet resolved and those taken, so a join of N branches costs N steps in
+    all, not N per branch."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        # Edges are keyed by position: exported edge ids are not always unique.
+        self._edge_index = graph.edge_index
+        self._edges = [EdgeState.PENDING] * len(graph.edges)
+        self._nodes = dict.fromkeys(graph.nodes, NodeState.PENDING)
+        self._unresolved: dict[str, int] = {}  # node -> incoming edges still pending
+        self._taken: dict[str, int] = {}  # node -> incoming edges taken
+
+    def edge_state(self, edge: EdgeDef) -> EdgeState:
+        return self._edges[self._edge_index[id(edge)]]
+
+    def node_state(self, node_id: str) -> NodeState:
+        return self._nodes[node_id]
+
+    def mark_running(self, node_id: str) -> None:
+        self._nodes[node_id] = NodeState.RUNNING
+
+    def roots(self) -> list[str]:
+        return [self.graph.start_id]
+
+    def complete(self, node_id: str, handles: Iterable[str] | None) -> Step:
+        """Record a finished node: its edges, then which nodes became ready (in
+        edge order) or were skipped. `handles` None means the success edges (`source`)."""
+        chosen = frozenset(handles) if handles is not None else _SUCCESS
+        self._nodes[node_id] = NodeState.DONE
+        step = Step()
+        resolved: list[tuple[str, bool]] = []
+        for edge in self.graph.out_edges(node_id):
+            taken = edge.handle in chosen
+            self._set(edge, EdgeState.TAKEN if taken else EdgeState.SKIPPED)
+            if taken:
+                step.taken.append(edge)
+            resolved.append((edge.target, taken))
+        self._settle(resolved, step)
+        return step
+
+    def _set(self, edge: EdgeDef, state: EdgeState) -> None:
+        self._edges[self._edge_index[id(edge)]] = state
+
+    def _settle(self, resolved: list[tuple[str, bool]], step: Step) -> None:
+        """Count each resolved edge at its target; a target with nothing pending
+        is ready (one way in was taken) or skipped (none was), and a skip skips
+        the edges out of it."""
+        work = deque(resolved)
+        while work:
+            node_id, taken = work.popleft()
+            left = self._unresolved.get(node_id)
+            if left is None:
+                left = len(self.graph.in_edges(node_id))
+            self._unresolved[node_id] = left = left - 1
+            if taken:
+                self._taken[node_id] = self._taken.get(node_id, 0) + 1
+            if left > 0 or self._nodes[node_id] is not NodeState.PENDING:
+                continue  # a branch that may still run has not finished
+            if self._taken.get(node_id):
+                step.ready.append(node_id)
+                continue
+            # Every way in was skipped: skip this node and everything only it feeds.
+            self._nodes[node_id] = NodeState.SKIPPED
+            step.skipped.append(node_id)
+            for edge in self.graph.out_edges(node_id):
+                self._set(edge, EdgeState.SKIPPED)
+                work.append((edge.target, False))
+
+
+_SUCCESS = frozenset({SUCCESS_HANDLE})
