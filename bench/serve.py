@@ -123,7 +123,7 @@ class PeakRss:
 
 def run_inprocess(model_url: str, streams: int, workdir: Path) -> dict[str, Any]:
     import gevent
-    from firstgate.runtime.dsl.loader import load_workflow
+    from firstgate.runtime.loader import load_workflow
     from firstgate.runtime.models.route_clients import RouteClients, SharedClients
     from firstgate.runtime.models.routes import ModelRoutes
     from firstgate.runtime.settings import load_settings

@@ -9,14 +9,14 @@ for event in run:                             # typed dataclasses, in order
 run.abort()                                   # from any thread or greenlet
 """
 
-from firstgate.runtime.dsl.loader import load_workflow
 from firstgate.runtime.dsl.problems import DslError, Problem
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.events import Event
 from firstgate.runtime.execution.limits import RunLimits
-from firstgate.runtime.execution.workflow import Workflow
+from firstgate.runtime.loader import load_workflow
 from firstgate.runtime.models.routes import RouteError
 from firstgate.runtime.settings import RuntimeSettings, load_settings
+from firstgate.runtime.workflow import Workflow
 
 __all__ = [
     "DslError",

@@ -24,7 +24,6 @@ from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.start import InputError
 from firstgate.runtime.cli.messages import render_error
 from firstgate.runtime.cli.terminal import HumanView, json_line
-from firstgate.runtime.dsl.loader import load_workflow
 from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.execution.engine import WorkflowRun
@@ -35,9 +34,10 @@ from firstgate.runtime.execution.limits import (
     LimitSettingError,
     RunLimits,
 )
-from firstgate.runtime.execution.workflow import Workflow
+from firstgate.runtime.loader import load_workflow
 from firstgate.runtime.models.routes import RouteError
 from firstgate.runtime.settings import load_settings
+from firstgate.runtime.workflow import Workflow
 from firstgate.store import Store, StoreError, open_store
 
 from firstgate import locales

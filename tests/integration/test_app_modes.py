@@ -15,8 +15,8 @@ import pytest
 import yaml
 from firstgate.connectors.local_index import LocalIndex
 from firstgate.runtime import load_workflow
-from firstgate.runtime.dsl.loader import read_document
 from firstgate.runtime.dsl.problems import DslError
+from firstgate.runtime.loader import read_document
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.store import open_store
 

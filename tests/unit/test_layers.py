@@ -176,11 +176,11 @@ def test_the_circle_check_sees_a_circle() -> None:
 def test_type_only_imports_count(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from firstgate.runtime.execution.workflow import Workflow\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from firstgate.runtime.workflow import Workflow\n"
     )
-    known = {"firstgate.runtime.execution.workflow": ROOT / "runtime" / "workflow.py"}
+    known = {"firstgate.runtime.workflow": ROOT / "runtime" / "workflow.py"}
     found = list(imported(source, "firstgate.runtime.execution.session", known))
-    assert found == ["firstgate.runtime.execution.workflow"]
+    assert found == ["firstgate.runtime.workflow"]
 
 
 def bare_imports(path: Path) -> Iterator[str]:
@@ -207,3 +207,60 @@ def test_the_bare_import_check_sees_one(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("import runtime.engine\nfrom store import open_store\nfrom . import x\n")
     assert [hit.split(": ")[1] for hit in bare_imports(source)] == ["runtime.engine", "store"]
+
+
+# runtime/'s subsystems, top to bottom: the command line; the front door (a
+# loaded workflow and the loader, at runtime/'s root); running a workflow;
+# routing models; the settings file; reading DSL. Each imports only below it.
+RUNTIME_FLOORS: dict[str, int] = {
+    "cli": 5,
+    "": 4,
+    "execution": 3,
+    "models": 2,
+    "settings": 1,
+    "dsl": 0,
+}
+
+
+def runtime_subsystem(module: str) -> str | None:
+    """`firstgate.runtime.execution.engine` -> `execution`; a root module -> ``."""
+    parts = module.split(".")
+    if parts[:2] != [NAMESPACE, "runtime"]:
+        return None
+    if len(parts) == 2 or parts[2] not in RUNTIME_FLOORS:
+        return ""  # runtime/__init__.py, runtime/loader.py, runtime/workflow.py
+    return parts[2]
+
+
+def downward_violations(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for name, targets in graph.items():
+        mine = runtime_subsystem(name)
+        if mine is None or name == f"{NAMESPACE}.runtime":
+            continue
+        for target in targets:
+            theirs = runtime_subsystem(target)
+            if theirs is None or theirs == mine or target == f"{NAMESPACE}.runtime":
+                continue
+            if RUNTIME_FLOORS[theirs] >= RUNTIME_FLOORS[mine]:
+                wrong.append(f"{name} -> {target}")
+    return wrong
+
+
+def test_every_runtime_folder_has_a_floor() -> None:
+    folders = {p.name for p in (ROOT / "runtime").iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(RUNTIME_FLOORS) - {""}, "add the folder to RUNTIME_FLOORS"
+
+
+def test_runtime_subsystems_import_only_downwards() -> None:
+    assert downward_violations(import_graph()) == []
+
+
+def test_the_subsystem_check_sees_an_upward_import() -> None:
+    graph = {
+        "firstgate.runtime.dsl.graph": {"firstgate.runtime.execution.engine"},
+        "firstgate.runtime.execution.engine": {"firstgate.runtime.dsl.graph"},
+    }
+    assert downward_violations(graph) == [
+        "firstgate.runtime.dsl.graph -> firstgate.runtime.execution.engine"
+    ]

@@ -31,8 +31,8 @@ from firstgate.runtime.execution.variable_pool import (
     USER_INPUT_VARIABLES,
     start_sys_alias,
 )
-from firstgate.runtime.execution.workflow import Workflow, declarations
 from firstgate.runtime.models.routes import ModelRoutes
+from firstgate.runtime.workflow import Workflow, declarations
 from pydantic import ValidationError
 
 if TYPE_CHECKING:
