@@ -44,7 +44,6 @@ from firstgate.plugin_daemon_client.errors import (
 )
 from firstgate.plugin_daemon_client.tool_dispatch import PluginToolClient
 
-
 # Dify's provider-id rule (`GenericProviderID`): a bare provider name, as
 # exports made before Dify 1.0 give it, is the plugin `langgenius/<name>/<name>`;
 # `ToolProviderID` names these few plugins `<name>_tool`.
