@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from firstgate.common.dsl import DslModel, dsl_error, shown
+from firstgate.common.dsl import DslModel, dsl_error, note_warning, shown
 from firstgate.common.files import File, from_bytes, from_remote_url
 from firstgate.connectors import builtin_tools
 from firstgate.connectors.api_tools import parse_openapi
@@ -220,15 +220,20 @@ class Data(BaseNodeData):
 
     @field_validator("tool_parameters", mode="before")
     @classmethod
-    def _drop_empty_inputs(cls, value: Any) -> Any:
+    def _drop_empty_inputs(cls, value: Any, info: ValidationInfo) -> Any:
         # The editor leaves unset parameters as null (or with a null value).
         if not isinstance(value, Mapping):
             return value
-        return {
+        kept = {
             k: v
             for k, v in value.items()
             if v is not None and not (isinstance(v, Mapping) and v.get("value") is None)
         }
+        for name, entry in kept.items():
+            if isinstance(entry, str):  # older exports: a bare template, as Dify reads it
+                note_warning(info.context, "dsl.warning.bareToolParameter", name=name)
+                kept[name] = {"type": "mixed", "value": entry}
+        return kept
 
     @field_validator("tool_configurations", mode="before")
     @classmethod

@@ -299,10 +299,15 @@ DUCK_TOOL = {
 
 def test_an_old_builtin_agent_tool_runs_as_its_langgenius_plugin(tmp_path: Path) -> None:
     data = mf.agent_data(tools=[DUCK_TOOL])
-    with FakePluginDaemon() as daemon, fake.FakeLLMServer(
-        ma.in_turn(ma.answer("", [ma.Call("search", {"query": "rivers"}, id="c1")]),
-                   ma.answer("Found it."))  # fmt: skip
-    ) as srv:
+    with (
+        FakePluginDaemon() as daemon,
+        fake.FakeLLMServer(
+            ma.in_turn(
+                ma.answer("", [ma.Call("search", {"query": "rivers"}, id="c1")]),
+                ma.answer("Found it."),
+            )  # fmt: skip
+        ) as srv,
+    ):
         settings = {**mf.routes(srv), **with_daemon(daemon)}
         events = mf.run(tmp_path, flow(data), settings, q="rivers?")
         (request,) = daemon.requests
