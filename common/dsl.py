@@ -47,6 +47,14 @@ def dsl_error(key: str, english: str, **params: Any) -> PydanticCustomError:
     return PydanticCustomError(key, english, params)
 
 
+def note_warning(context: Any, key: str, **params: Any) -> None:
+    """Report what Dify loads but reads in its own way (the loader puts a list
+    in the validation context, then locates each entry at its node)."""
+    found = context.get("warnings") if isinstance(context, dict) else None
+    if isinstance(found, list):
+        found.append((key, params))
+
+
 def _as_int(value: Any) -> int | None:
     """An integer from an int, an integral float or a digit string; else None."""
     if isinstance(value, bool):

@@ -106,6 +106,9 @@ class _Loader:
         # Node models read it from the validation context (`info.context["settings"]`).
         self.context = {"settings": settings}
         self.problems: list[Problem] = []
+        # What Dify loads but runs in its own way (an edge never taken, a value
+        # missing): reported, never refused.
+        self.warnings: list[Problem] = []
         # Nodes that failed validation: references to them are not reported twice.
         self.broken: set[str] = set()
         self.dropped_edges = False
@@ -154,6 +157,7 @@ class _Loader:
             templates=len(templates),
             loader=load_workflow,
             easy=self.easy,
+            warnings=self._located(self.warnings),
             **declarations(document, self.stem),
         )
 
@@ -247,12 +251,15 @@ class _Loader:
                 self.broken.add(node.id)
                 self.problems.extend(_at(place, [_unsupported(node_type, ref)]))
                 continue
+            noted: list[tuple[str, dict[str, Any]]] = []
+            self.context["warnings"] = noted  # a node model's `note_warning`s
             try:
                 data = spec.data_model.model_validate(node.data, context=self.context)
             except ValidationError as exc:
                 self.problems.extend(_at(place, problems_from_validation(exc, ref)))
                 self.broken.add(node.id)
                 continue
+            self.warnings.extend(_at(place, [Problem(k, p, ref) for k, p in noted]))
             nodes[node.id] = NodeDef(
                 node.id, data.title, node_type, spec, data, spec.needs(data), parent
             )
@@ -316,9 +323,10 @@ class _Loader:
                     {FAIL_HANDLE} if source.has_fail_branch else set()
                 )
             if edge.sourceHandle not in allowed:
-                self.problems.append(
+                # Dify loads it and never takes it (a case or class deleted in the editor).
+                self.warnings.append(
                     Problem(
-                        "dsl.edge.handle",
+                        "dsl.warning.edgeHandle",
                         {
                             "edge": name,
                             "handle": edge.sourceHandle,
@@ -328,7 +336,6 @@ class _Loader:
                         place=place,
                     )
                 )
-                self.dropped_edges = True
                 continue
             edges.append(EdgeDef(name, edge.source, edge.target, edge.sourceHandle))
         return edges
@@ -412,7 +419,9 @@ class _Loader:
             problem = _check_selector(
                 selector, node, graph, inside, is_upstream, env, outputs, conversation
             )
-            if problem:
+            if problem and problem.message_key == "dsl.warning.notUpstream":
+                self.warnings.append(problem)  # Dify runs it: the value is missing then
+            elif problem:
                 self.problems.append(problem)
         for node in nodes.values():
             for written in sorted(node.needs.writes):
@@ -636,6 +645,6 @@ def _check_selector(
     # fixtures do): its stream waits for that node, or leaves it out if skipped.
     if upstream is False and node.spec.role is not Role.RESPONSE:
         return Problem(
-            "dsl.selector.notUpstream", {"selector": text, "node": _label(target)}, _ref(node)
+            "dsl.warning.notUpstream", {"selector": text, "node": _label(target)}, _ref(node)
         )
     return None

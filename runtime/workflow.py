@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
@@ -45,6 +46,7 @@ _ID_NAMESPACE = uuid.UUID("6f1d0c9e-5b4a-4c1f-9a53-2f6b7f3e8d10")
 # A conversation's lease outlives the run's time limit by this much.
 _LEASE_MARGIN_S = 60.0
 _UNLIMITED_LEASE_S = 24 * 3600.0
+_log = logging.getLogger("firstgate.workflow")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,10 @@ class Workflow:
     easy: EasyApp | None = None
     # `features.retriever_resource`: the knowledge an answer used goes in `message_end`.
     show_retriever_resources: bool = False
+    # Located `Problem`s Dify would load too (see the loader): `validate`
+    # prints them, the first run logs them.
+    warnings: list[Any] = field(default_factory=list)
+    warned: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.templates:
@@ -189,6 +195,10 @@ class Workflow:
         like) replaces the one the run builds from `settings.code_executor`
         and closes when it ends.
         """
+        if self.warnings and not self.warned:
+            self.warned = True  # once per loaded workflow, not once per run
+            for warning in self.warnings:
+                _log.warning("%s", warning.render())
         values, sys_query = self.prepare_inputs(inputs or {}, query)
         self.check_plugin_daemon(settings)
         providers = self.llm_providers()

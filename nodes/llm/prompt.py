@@ -22,7 +22,7 @@ import base64
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from firstgate.common.dsl import DslModel, between
+from firstgate.common.dsl import DslModel, between, note_warning
 from firstgate.common.files import DEFAULT_SIZE_LIMITS, File, FileType
 from firstgate.common.rendering import TextBudget
 from firstgate.locales.localized_error import LocalizedError
@@ -32,7 +32,7 @@ from firstgate.nodes.selectors import Selector, template_selectors
 from firstgate.nodes.templates.jinja import checked_template, render_jinja
 from firstgate.nodes.values import as_text, render_text
 from firstgate.plugin_daemon_client.plan import DEFAULT_MAX_PROMPT_BYTES
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 if TYPE_CHECKING:
     from firstgate.common.cancel import Cancellable
@@ -86,6 +86,13 @@ class PromptMessage(DslModel):
         # around when a message is switched back to basic.
         if self.edition_type == "jinja2":
             checked_template(self.jinja2_text or "")
+        return self
+
+    @model_validator(mode="after")
+    def _whitespace_only(self, info: ValidationInfo) -> PromptMessage:
+        written = (self.jinja2_text or "") if self.edition_type == "jinja2" else self.text
+        if written and not written.strip():  # Dify sends it, as do we
+            note_warning(info.context, "dsl.warning.whitespaceMessage", role=self.role)
         return self
 
 
@@ -262,7 +269,8 @@ def build_messages(
                 budget.charge_text(turn["content"])
             rendered.extend(earlier)
             rendered.append({"role": "user", "content": query})
-    kept: list[dict[str, Any]] = [m for m in rendered if m["content"].strip()]
+    # Dify drops empty messages; one of whitespace only is sent as it is.
+    kept: list[dict[str, Any]] = [m for m in rendered if m["content"]]
     if vision is not None and vision.enabled:
         _attach_images(kept, _images(variables.get(vision.files_selector)), vision.configs.detail)
     if not kept:

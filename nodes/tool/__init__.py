@@ -19,7 +19,10 @@ an `output_schema`), so selectors into such a node are not checked at load.
 Providers: `builtin` with a provider built in here (`time`, also under its
 plugin id `langgenius/time/time`) runs locally; any other `builtin` or
 `plugin` provider (`org/plugin/provider`) goes to the plugin daemon of the
-runtime settings; `mcp` names a server of `tools.mcp_servers` by its id.
+runtime settings; an older export's bare built-in name (`duckduckgo`) runs
+as the plugin Dify 1.x makes of it (`langgenius/duckduckgo/duckduckgo`,
+`tool_providers.plugin_id`), refused at load by that name when the settings
+name no daemon; `mcp` names a server of `tools.mcp_servers` by its id.
 `api` and `workflow` tools are defined in a Dify database, not in the
 export: they run when the runtime settings define them (an OpenAPI document
 in `tools.api_providers`, a workflow file in `tools.workflow_providers`),
@@ -36,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from firstgate.common.dsl import DslModel, dsl_error, shown
+from firstgate.common.dsl import DslModel, dsl_error, note_warning, shown
 from firstgate.common.files import File, from_bytes, from_remote_url
 from firstgate.connectors import builtin_tools
 from firstgate.connectors.api_tools import parse_openapi
@@ -52,7 +55,7 @@ from firstgate.nodes.base import (
 from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.selectors import Selector, template_selectors
 from firstgate.nodes.spec import NodeSpec
-from firstgate.nodes.tool.providers import ToolCall, capped, provider_for
+from firstgate.nodes.tool.providers import ToolCall, capped, plugin_id, provider_for
 from firstgate.nodes.values import render_text as render
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -155,6 +158,21 @@ def check_provider(
             tools=", ".join(sorted(local)),
         )
     if local is None and "/" not in provider_id:
+        plugin = plugin_id(provider_id)
+        if plugin is not None:
+            # Dify 1.x runs an older export's built-in as a plugin: so do we, through
+            # the plugin daemon.
+            # Loaded without settings, the run names the missing daemon instead.
+            if settings is None or getattr(tools, "plugin_daemon", None) is not None:
+                return
+            raise dsl_error(
+                "dsl.tool.builtinNeedsDaemon",
+                "the built-in tool provider {provider} runs as the plugin {plugin}, as in "
+                "Dify 1.x: add a plugin daemon to the runtime settings (tools.plugin_daemon) "
+                "to run it",
+                provider=provider,
+                plugin=plugin,
+            )
         raise dsl_error(
             "dsl.tool.builtinUnavailable",
             "the built-in tool provider {provider} is not available here (built in: "
@@ -202,15 +220,20 @@ class Data(BaseNodeData):
 
     @field_validator("tool_parameters", mode="before")
     @classmethod
-    def _drop_empty_inputs(cls, value: Any) -> Any:
+    def _drop_empty_inputs(cls, value: Any, info: ValidationInfo) -> Any:
         # The editor leaves unset parameters as null (or with a null value).
         if not isinstance(value, Mapping):
             return value
-        return {
+        kept = {
             k: v
             for k, v in value.items()
             if v is not None and not (isinstance(v, Mapping) and v.get("value") is None)
         }
+        for name, entry in kept.items():
+            if isinstance(entry, str):  # older exports: a bare template, as Dify reads it
+                note_warning(info.context, "dsl.warning.bareToolParameter", name=name)
+                kept[name] = {"type": "mixed", "value": entry}
+        return kept
 
     @field_validator("tool_configurations", mode="before")
     @classmethod

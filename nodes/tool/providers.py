@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,6 +43,21 @@ from firstgate.plugin_daemon_client.errors import (
     StreamTotalTimeoutError,
 )
 from firstgate.plugin_daemon_client.tool_dispatch import PluginToolClient
+
+# Dify's provider-id rule (`GenericProviderID`): a bare provider name, as
+# exports made before Dify 1.0 give it, is the plugin `langgenius/<name>/<name>`;
+# `ToolProviderID` names these few plugins `<name>_tool`.
+_BARE_PROVIDER = re.compile(r"[a-z0-9_-]+")
+_TOOL_SUFFIXED = frozenset({"jina", "siliconflow", "stepfun", "gitee_ai"})
+
+
+def plugin_id(provider_id: str) -> str | None:
+    """The plugin Dify 1.x runs a bare built-in provider name as, or None when
+    the name is not one (Dify refuses it as an invalid plugin id)."""
+    if "/" in provider_id or not _BARE_PROVIDER.fullmatch(provider_id):
+        return None
+    plugin = f"{provider_id}_tool" if provider_id in _TOOL_SUFFIXED else provider_id
+    return f"langgenius/{plugin}/{provider_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +112,11 @@ class PluginProvider:
         self.credentials = dict(credentials)
 
     @classmethod
-    def from_settings(cls, provider_id: str, connectors: Connectors) -> PluginProvider:
+    def from_settings(
+        cls, provider_id: str, connectors: Connectors, alias: str = ""
+    ) -> PluginProvider:
+        """`alias`: the bare name an older export gives (its credentials may be
+        under either name)."""
         tools = connectors.section("tools")
         daemon = getattr(tools, "plugin_daemon", None)
         if daemon is None:
@@ -118,7 +138,8 @@ class PluginProvider:
                 max_reply_bytes=max(64 * 1024 * 1024, 4 * max_line),
             ),
         )
-        spec = (getattr(tools, "providers", None) or {}).get(provider_id)
+        providers = getattr(tools, "providers", None) or {}
+        spec = providers.get(provider_id) or (providers.get(alias) if alias else None)
         credentials = {
             name: env_value(env, f"a credential of {provider_id}")
             for name, env in (spec.credentials_env.items() if spec is not None else ())
@@ -225,6 +246,9 @@ def provider_for(provider_type: str, provider_id: str, connectors: Connectors) -
     local = builtin_tools.provider(provider_id)
     if provider_type == "builtin" and local is not None:
         return BuiltinProvider(provider_id, local)
+    plugin = plugin_id(provider_id) if provider_type == "builtin" else None
+    if plugin is not None:  # an older export's built-in: Dify 1.x runs it as this plugin
+        return PluginProvider.from_settings(plugin, connectors, alias=provider_id)
     return PluginProvider.from_settings(provider_id, connectors)
 
 

@@ -169,6 +169,8 @@ def cmd_validate(flow: str, locale: str, models: str | None = None) -> int:
         workflow = load_workflow(flow, settings=settings)
     except DslError as exc:
         return _invalid_file(exc, exc.source or flow, locale)
+    for warning in workflow.warnings:  # what Dify loads too: reported, exit 0
+        print(warning.render(locale))
     print(
         locales.t(
             "cli.valid",

@@ -15,6 +15,7 @@ from firstgate.runtime import load_workflow
 from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.models.routes import RouteError
+from firstgate.runtime.settings import load_settings
 
 from tests import model_flows as mf
 from tests.fakes import llm_server as fake
@@ -283,3 +284,41 @@ def test_the_cli_shows_agent_logs_in_json_and_the_answer_in_the_human_view(
     assert labels.count("CALL weekday") == 2  # its start and its end
     assert human.returncode == 0, human.stderr
     assert "Monday." in human.stdout and "Traceback" not in human.stderr
+
+
+DUCK_TOOL = {
+    "enabled": True,
+    "provider_name": "duckduckgo",
+    "type": "builtin",
+    "tool_name": "search",
+    "tool_label": "Search",
+    "parameters": {"query": {"auto": 1, "value": None}},
+    "schemas": [{"name": "query", "type": "string", "required": True, "form": "llm"}],
+}
+
+
+def test_an_old_builtin_agent_tool_runs_as_its_langgenius_plugin(tmp_path: Path) -> None:
+    data = mf.agent_data(tools=[DUCK_TOOL])
+    with (
+        FakePluginDaemon() as daemon,
+        fake.FakeLLMServer(
+            ma.in_turn(
+                ma.answer("", [ma.Call("search", {"query": "rivers"}, id="c1")]),
+                ma.answer("Found it."),
+            )  # fmt: skip
+        ) as srv,
+    ):
+        settings = {**mf.routes(srv), **with_daemon(daemon)}
+        events = mf.run(tmp_path, flow(data), settings, q="rivers?")
+        (request,) = daemon.requests
+    assert mf.final(events).outputs["text"] == "Found it."
+    assert request["headers"]["X-Plugin-ID"] == "langgenius/duckduckgo"
+    assert request["body"]["data"]["tool_parameters"] == {"query": "rivers"}
+    with pytest.raises(DslError, match="langgenius/duckduckgo/duckduckgo"):
+        load_workflow(flow(data), settings=load_settings_text(tmp_path, {"providers": {}}))
+
+
+def load_settings_text(tmp_path: Path, settings: dict[str, Any]) -> Any:
+    path = tmp_path / "bare-settings.yml"
+    path.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    return load_settings(path)

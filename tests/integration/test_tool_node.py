@@ -192,8 +192,8 @@ def test_database_defined_providers_are_refused_by_name(kind: str) -> None:
 def test_unknown_builtin_tools_and_providers_are_refused() -> None:
     with pytest.raises(DslError, match="has no tool sundial"):
         load_workflow(tool_flow("sundial"))
-    with pytest.raises(DslError, match="webscraper is not available here"):
-        load_workflow(tool_flow("scrape", provider_id="webscraper"))
+    with pytest.raises(DslError, match="Web Scraper is not available here"):
+        load_workflow(tool_flow("scrape", provider_id="Web Scraper"))
     with pytest.raises(DslError, match="must be a variable selector"):
         load_workflow(
             tool_flow("weekday", tool_parameters={"year": {"type": "variable", "value": "start.y"}})
@@ -367,6 +367,43 @@ def test_the_reply_is_bounded_in_bytes(daemon: FakePluginDaemon) -> None:
     client = PluginToolClient(daemon.base_url, "tenant-1", max_reply_bytes=200_000)
     with pytest.raises(ToolReplyTooLargeError, match="200000 bytes"):
         list(client.invoke(PLUGIN, "flood", {}, timeout_s=30))
+
+
+# --- an older export's built-in tools, run as Dify 1.x's plugins ------------------------------
+
+
+def test_an_old_builtin_runs_as_its_langgenius_plugin(
+    daemon: FakePluginDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FG_DDG_KEY", "ddg-secret-1")
+    document = tool_flow(
+        "search", provider_id="duckduckgo", tool_parameters={"query": constant("rivers")}
+    )
+    for name in ("duckduckgo", "langgenius/duckduckgo/duckduckgo"):  # either name
+        providers = {name: {"credentials_env": {"key": "FG_DDG_KEY"}}}
+        events = run_events(document, daemon_settings(daemon, providers=providers))
+        assert final(events).outputs == {"text": "1 result for rivers"}
+        request = daemon.requests[-1]
+        assert request["headers"]["X-Plugin-ID"] == "langgenius/duckduckgo"
+        assert request["body"]["data"]["provider"] == "duckduckgo"
+        assert request["body"]["data"]["credentials"] == {"key": "ddg-secret-1"}
+    # Dify's rule names a few plugins <name>_tool
+    jina = tool_flow("echo", provider_id="jina", tool_parameters={"text": constant("hi")})
+    assert final(run_events(jina, daemon_settings(daemon))).outputs == {"text": "hi"}
+    assert daemon.requests[-1]["headers"]["X-Plugin-ID"] == "langgenius/jina_tool"
+
+
+def test_an_old_builtin_without_a_daemon_is_refused_by_its_plugin_id() -> None:
+    document = tool_flow("search", provider_id="duckduckgo")
+    with pytest.raises(DslError) as caught:
+        load_workflow(document, settings=settings())
+    [problem] = caught.value.problems
+    text = problem.render()
+    assert "langgenius/duckduckgo/duckduckgo" in text and "tools.plugin_daemon" in text
+    assert problem.node is not None and problem.node.id == "n"
+    # loaded without settings, the run names the plugin and the setting
+    message = final(run_events(document, settings())).error_message
+    assert "langgenius/duckduckgo/duckduckgo" in message and "tools.plugin_daemon" in message
 
 
 # --- MCP ---------------------------------------------------------------------------------------
