@@ -50,16 +50,14 @@ from firstgate.nodes.base import (
     RoundDone,
     Rounds,
 )
-from firstgate.nodes.values import jsonable
-from firstgate.plugin_daemon_client.errors import FirstGateError
 from firstgate.plugin_daemon_client.fallback import FallbackEvent
 from firstgate.plugin_daemon_client.gate import WaitInfo
 from firstgate.runtime import events as ev
 from firstgate.runtime.error_handler import (
+    OnRetry,
     Outcome,
     Status,
     apply_strategy,
-    error_type,
     execute,
     succeeded,
 )
@@ -74,11 +72,11 @@ from firstgate.runtime.limits import (
 )
 from firstgate.runtime.response_stream import Piece, StreamPlan
 from firstgate.runtime.route_clients import RouteClients
-from firstgate.runtime.session import RunSession, RunSummary
+from firstgate.runtime.run_report import RunReport
+from firstgate.runtime.session import RunSession
 from firstgate.runtime.variable_pool import VariablePool
 from firstgate.runtime.worker_pool import WorkerPool
 from firstgate.sandbox.executor import CodeExecutor
-from firstgate.store.base import NodeExecutionRecord
 
 # How long a stopped run waits for its in-flight nodes to notice the cancel.
 DRAIN_GRACE_S = 5.0
@@ -155,10 +153,12 @@ class WorkflowRun:
         self._top = Frame.open(graph, self._plan(graph), self.pool, self.cancel)
         self.scheduler = self._top.scheduler
         self.streamer = self._top.streamer
-        self.status: str | None = None
-        self.outputs: dict[str, Any] = {}
-        self.answer = ""  # what the response nodes streamed (a chat message's text)
-        self._redact = session.redactor
+        self.report = RunReport(
+            session.info,
+            session.redactor,
+            inputs,
+            show_retriever_resources=session.workflow.show_retriever_resources,
+        )
         self._queue: queue.Queue[object] = queue.Queue()
         self._workers = WorkerPool(max_workers)
         self._in_flight: dict[str, Execution] = {}  # execution id -> execution
@@ -166,17 +166,9 @@ class WorkflowRun:
         # Rounds and containers whose last execution ended, to conclude next
         # (queued, not nested: a thousand short rounds must not nest a thousand calls).
         self._later: deque[Callable[[], Iterator[ev.Event]]] = deque()
-        self._records: list[NodeExecutionRecord] = []
-        self._steps = 0
-        self._exceptions = 0
-        self._tokens = 0
-        self._usage: dict[str, int] = {}
-        self._resources: list[dict[str, Any]] = []
-        self._written: dict[str, Any] = {}  # conversation variables this run wrote
         self._failure: tuple[NodeDef, BaseException] | None = None
         self._stop_message: _Stop | None = None
         self._stop_lock = threading.Lock()
-        self._t0 = time.monotonic()
         self._events = self._run()
 
     # ---- public surface
@@ -186,6 +178,14 @@ class WorkflowRun:
 
     def __next__(self) -> ev.Event:
         return next(self._events)
+
+    @property
+    def status(self) -> str | None:
+        return self.report.status
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        return self.report.outputs
 
     def abort(self, reason: str = "workflow aborted") -> None:
         self._stop(_Stop(aborted=True, reason=reason))
@@ -218,12 +218,6 @@ class WorkflowRun:
 
     # ---- the dispatcher
 
-    def _elapsed(self) -> float:
-        return round(time.monotonic() - self._t0, 6)
-
-    def _common(self) -> dict[str, Any]:
-        return {"run": self.info, "elapsed": self._elapsed()}
-
     def _plan(self, graph: Graph) -> StreamPlan:
         plan = self._plans.get(id(graph))
         if plan is None:
@@ -231,12 +225,9 @@ class WorkflowRun:
         return plan
 
     def _run(self) -> Iterator[ev.Event]:
-        self._t0 = time.monotonic()
         deadline = Deadline(self.limits.max_run_seconds, self._time_limit)
         try:
-            yield ev.WorkflowStarted(
-                inputs=self._redact.value(jsonable(self.inputs)), **self._common()
-            )
+            yield self.report.started()
             deadline.start()
             try:
                 if isinstance(self.clients, RouteClients) and self.clients.needs_local(
@@ -245,7 +236,7 @@ class WorkflowRun:
                     # Started here, in the caller's thread, so the server dies with us.
                     self.clients.start_local()
             except Exception as exc:  # noqa: BLE001 - reported as the run's failure
-                yield from self._end(self._terminal_failed(exc))
+                yield from self._end(self.report.failed(exc))
                 return
             if self._start_code_executor and self.code_executor is not None:
                 # Warm up in the background; a code node waits for a worker if it must.
@@ -260,10 +251,10 @@ class WorkflowRun:
                     yield from self._relay(item)
                 yield from self._pump()
             if self._going:
-                yield from self._end(self._terminal_success())
+                yield from self._end(self.report.succeeded())
                 return
             yield from self._drain()
-            yield from self._end(self._terminal_stopped())
+            yield from self._end(self._stopped())
         finally:
             deadline.cancel()
             self.cancel.cancel("run finished")
@@ -295,14 +286,14 @@ class WorkflowRun:
             if node.spec.role is Role.ROUND_START:
                 yield from self._round_start(frame, node)
                 continue
-            self._steps += 1
-            if self._steps > self.limits.max_steps:
+            index = self.report.next_index()
+            if index > self.limits.max_steps:
                 error = steps_exceeded(self.limits.max_steps)
                 self._stop(_Stop(aborted=False, reason=str(error), error=error))
                 return
             execution = Execution(
                 id=new_id(),
-                index=self._steps,
+                index=index,
                 node=node,
                 frame=frame,
                 predecessor=predecessor,
@@ -315,13 +306,7 @@ class WorkflowRun:
             if node.spec.container is not None:
                 yield from self._start_container(execution)
                 continue
-            yield ev.NodeStarted(
-                index=execution.index,
-                predecessor_node_id=predecessor,
-                created_at=execution.created_at,
-                **self._node_fields(execution),
-                **self._common(),
-            )
+            yield self.report.node_started(execution)
             if node.spec.inline and node.retries == 0:
                 self._inline.append(execution)
             else:
@@ -375,57 +360,24 @@ class WorkflowRun:
             outcome = Outcome(Status.FAILED, 1, error=exc)
         self._queue.put(_Done(execution, outcome))
 
-    def _node_fields(self, execution: Execution) -> dict[str, Any]:
-        """What every event of a node execution says about it (made once)."""
-        fields = execution.fields
-        if fields is None:
-            node = execution.node
-            fields = execution.fields = {
-                "node_id": node.id,
-                "node_type": node.type,
-                "title": node.title,
-                "execution_id": execution.id,
-                "container": execution.frame.place,
-            }
-        return fields
-
     def _context(
         self, execution: Execution, attempt: int, on_dispatcher: bool = False
     ) -> NodeContext:
         execution.attempt_started[attempt] = time.monotonic()
 
+        report, put = self.report, self._queue.put
+
         def chunk(text: str, target: str | None = None) -> None:
-            self._queue.put(_Chunk(execution, attempt, text, target))
+            put(_Chunk(execution, attempt, text, target))
 
         def wait(info: WaitInfo, target: str | None = None) -> None:
-            event = ev.NodeWaiting(
-                attempt=attempt,
-                wait_elapsed=info.elapsed_s,
-                message=self._redact.text(info.message),
-                message_key=info.message_key,
-                params=self._redact.value(dict(info.params)),
-                target=target,
-                **self._node_fields(execution),
-                **self._common(),
-            )
-            self._queue.put(_Notice(execution, event))
+            put(_Notice(execution, report.waiting(execution, attempt, info, target)))
 
         def fallback(event: FallbackEvent) -> None:
-            self._queue.put(_Notice(execution, self._fallback_event(execution, event, attempt)))
+            put(_Notice(execution, report.fallback(execution, attempt, event)))
 
         def agent_log(entry: AgentLogEntry) -> None:
-            event = ev.AgentLog(
-                log_id=entry.id,
-                label=entry.label,
-                status=entry.status,
-                parent_id=entry.parent_id,
-                error=None if entry.error is None else self._redact.text(entry.error),
-                log_data=self._redact.value(dict(entry.data)),
-                metadata=dict(entry.metadata),
-                **self._node_fields(execution),
-                **self._common(),
-            )
-            self._queue.put(_Notice(execution, event))
+            put(_Notice(execution, report.agent_log(execution, entry)))
 
         return NodeContext(
             node_id=execution.node.id,
@@ -444,40 +396,9 @@ class WorkflowRun:
             on_dispatcher=on_dispatcher,
         )
 
-    def _fallback_event(
-        self, execution: Execution, event: FallbackEvent, attempt: int
-    ) -> ev.NodeFallback:
-        """A decision of the transport's fallback chain as a run event."""
-        return ev.NodeFallback(
-            attempt=attempt,
-            kind=event.kind,
-            reason=event.reason,
-            target=event.target,
-            message=self._redact.text(event.message),
-            message_key=event.message_key,
-            params=self._redact.value(dict(event.params)),
-            **self._node_fields(execution),
-            **self._common(),
-        )
-
-    def _retry_reporter(self, execution: Execution) -> Any:
+    def _retry_reporter(self, execution: Execution) -> OnRetry:
         def report(attempt: int, exc: Exception, interval_ms: int) -> None:
-            event = ev.NodeRetry(
-                attempt=attempt,
-                index=execution.index,
-                predecessor_node_id=execution.predecessor,
-                error_type=error_type(exc),
-                error_message=self._redact.text(str(exc)),
-                partial_text=self._redact.text(
-                    exc.partial_text if isinstance(exc, FirstGateError) else ""
-                ),
-                retry_interval_ms=interval_ms,
-                created_at=execution.created_at,
-                finished_at=int(time.time()),
-                error=exc,
-                **self._node_fields(execution),
-                **self._common(),
-            )
+            event = self.report.retry(execution, attempt, exc, interval_ms)
             self._queue.put(_Notice(execution, event))
 
         return report
@@ -510,34 +431,14 @@ class WorkflowRun:
         key = (chunk.attempt, chunk.target)
         if key not in execution.first_token:
             execution.first_token.add(key)
-            started = execution.attempt_started.get(chunk.attempt, execution.started)
-            yield ev.NodeFirstToken(
-                attempt=chunk.attempt,
-                target=chunk.target,
-                ttft=round(time.monotonic() - started, 6),
-                **self._node_fields(execution),
-                **self._common(),
-            )
+            yield self.report.first_token(execution, chunk.attempt, chunk.target)
         if frame.streamer is not None:
             pieces = frame.streamer.on_chunk(execution.node.id, chunk.attempt, chunk.text)
             yield from self._pieces(frame, pieces)
 
     def _pieces(self, frame: Frame, pieces: list[Piece]) -> Iterator[ev.Event]:
         for piece in pieces:
-            text = self._redact.text(piece.text)
-            self.answer += text
-            streamed = piece.attempt is not None and piece.source is not None
-            yield ev.TextChunk(
-                node_id=piece.response_id,
-                text=text,
-                from_variable_selector=list(piece.selector),
-                source_node_id=piece.source,
-                attempt=piece.attempt,
-                # Unread text is dropped on every retry and swap, so a streamed
-                # piece always comes from the source's latest route.
-                target=frame.chunk_target.get(piece.source or "") if streamed else None,
-                **self._common(),
-            )
+            yield self.report.text(frame, piece)
 
     # ---- a node execution ends
 
@@ -547,7 +448,7 @@ class WorkflowRun:
         node, frame = execution.node, execution.frame
         self._in_flight.pop(execution.id, None)
         if outcome.status not in (Status.SUCCEEDED, Status.EXCEPTION):
-            yield self._node_ended(execution, outcome)
+            yield self.report.node_ended(execution, outcome)
             if outcome.status is Status.FAILED:
                 error = outcome.error or RuntimeError("node failed")
                 if frame.owner is None:
@@ -563,23 +464,21 @@ class WorkflowRun:
             for selector, value in outcome.updates.items():
                 frame.scope.set(selector, value)
                 if selector[0] == "conversation":
-                    self._written[selector[1]] = value
+                    self.report.wrote(selector[1], value)
             frame.broke = frame.broke or outcome.breaks
-        else:
-            self._exceptions += 1
         step = frame.scheduler.complete(node.id, outcome.handles)
         # Dify reports a container's end before the text it lets through, and
         # any other node's end after that text.
         container_end = node.spec.container is not None
         if container_end:
-            yield self._node_ended(execution, outcome)
+            yield self.report.node_ended(execution, outcome)
         if frame.streamer is not None:
             pieces = frame.streamer.on_node_done(node.id, step.taken, step.skipped)
             yield from self._pieces(frame, pieces)
         if not container_end:
-            yield self._node_ended(execution, outcome)
+            yield self.report.node_ended(execution, outcome)
         if node.spec.role is Role.RESPONSE and outcome.status is Status.SUCCEEDED:
-            self._merge_response(outcome.outputs)
+            self.report.merge_response(outcome.outputs)
         if step.ready and frame.error is None:
             yield from self._launch(frame, step.ready, node.id)
         yield from self._left(frame)
@@ -592,29 +491,16 @@ class WorkflowRun:
         return
         yield  # a generator, like the other steps
 
-    def _merge_response(self, outputs: dict[str, Any]) -> None:
-        # Dify's rule: answers add up, other outputs (an end node's) are set.
-        for key, value in outputs.items():
-            if key == "answer" and isinstance(value, str):
-                self.outputs["answer"] = str(self.outputs.get("answer", "")) + value
-            else:
-                self.outputs[key] = value
-
     # ---- containers: their rounds run as frames on this dispatcher
 
     def _start_container(self, execution: Execution) -> Iterator[ev.Event]:
         node, frame = execution.node, execution.frame
         spec = node.spec.container
         assert spec is not None
-        common = {
-            "kind": spec.kind,
-            "created_at": execution.created_at,
-            **self._node_fields(execution),
-        }
         try:
             run = spec.start(node.data, self._context(execution, 1, on_dispatcher=True))
         except Exception as exc:  # noqa: BLE001 - its inputs were wrong: the node failed
-            yield ev.ContainerStarted(**common, **self._common())
+            yield self.report.container_started(execution, spec.kind, None)
             yield from self._finish(execution, self._failed(execution, exc))
             return
         types = {(node.id, name): kind for name, kind in run.variable_types.items()}
@@ -628,12 +514,7 @@ class WorkflowRun:
             inputs=dict(run.inputs),
         )
         execution.container = container
-        yield ev.ContainerStarted(
-            inputs=self._redact.value(jsonable(container.inputs)),
-            metadata=jsonable(dict(run.metadata)),
-            **common,
-            **self._common(),
-        )
+        yield self.report.container_started(execution, spec.kind, container)
         yield from self._decide(container, lambda: run.first(container.scope))
 
     def _decide(self, container: ContainerExecution, ask: Any) -> Iterator[ev.Event]:
@@ -652,15 +533,7 @@ class WorkflowRun:
         # Dify announces the rounds it starts together first, then runs them.
         for round_ in rounds:
             if round_.announced:
-                yield ev.ContainerNext(
-                    kind=container.kind,
-                    index=round_.index,
-                    previous_output=self._redact.value(jsonable(round_.previous_output)),
-                    duration=container.last_elapsed,
-                    created_at=int(time.time()),
-                    **self._node_fields(container.execution),
-                    **self._common(),
-                )
+                yield self.report.round_next(container, round_)
         for round_ in rounds:
             yield from self._start_round(container, round_)
         if container.running == 0:
@@ -709,110 +582,13 @@ class WorkflowRun:
             return Outcome(Status.CANCELLED, 1, error=exc)
         return apply_strategy(execution.node, exc, 1)
 
-    # ---- the end events of node executions
-
-    def _node_ended(self, execution: Execution, outcome: Outcome) -> ev.Event:
-        """The node's `node_finished` (a container's `*_completed`), also kept
-        for the run's record."""
-        node = execution.node
-        error = outcome.error
-        metadata: dict[str, Any] = {}
-        tokens = 0
-        if outcome.usage:
-            tokens = int(outcome.usage.get("total_tokens") or 0)
-            self._tokens += tokens
-            for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-                self._usage[key] = self._usage.get(key, 0) + int(outcome.usage.get(key) or 0)
-            metadata.update(total_tokens=tokens, total_price=0, currency="USD")
-            owner = execution.frame.owner
-            while owner is not None:  # a container counts what its rounds used
-                owner.tokens += tokens
-                owner = owner.execution.frame.owner
-        self._resources.extend(dict(r) for r in outcome.retriever_resources)
-        if outcome.strategy:
-            metadata["error_strategy"] = outcome.strategy
-        if error is None and outcome.status is Status.CANCELLED:
-            error_message: str | None = execution.frame.cancel.reason or "cancelled"
-            kind_name: str | None = "StreamCancelledError"
-        else:
-            error_message = self._redact.text(str(error)) if error is not None else None
-            kind_name = error_type(error) if error is not None else None
-        common = {
-            "inputs": self._redact.value(jsonable(outcome.inputs)),
-            "outputs": self._redact.value(jsonable(outcome.outputs)),
-            "created_at": execution.created_at,
-            "finished_at": int(time.time()),
-            "node_elapsed": round(time.monotonic() - execution.started, 6),
-            "error_type": kind_name,
-            "error_message": error_message,
-            "error": error,
-            "index": execution.index,
-            "predecessor_node_id": execution.predecessor,
-            **self._node_fields(execution),
-            **self._common(),
-        }
-        if execution.container is not None or node.spec.container is not None:
-            event: ev.Event = self._container_ended(execution, outcome, metadata, common)
-        else:
-            kind: type[ev.NodeFinished] = {
-                Status.SUCCEEDED: ev.NodeSucceeded,
-                Status.EXCEPTION: ev.NodeException,
-                Status.FAILED: ev.NodeFailed,
-                Status.CANCELLED: ev.NodeStopped,
-            }[outcome.status]
-            extra: dict[str, Any] = {}
-            if kind is ev.NodeException:
-                extra["strategy"] = outcome.strategy or ""
-            event = kind(
-                attempt=outcome.attempt,
-                process_data=self._redact.value(jsonable(outcome.process_data)),
-                execution_metadata=metadata,
-                **extra,
-                **common,
-            )
-        self._records.append(_record(event, execution))
-        return event
-
-    def _container_ended(
-        self,
-        execution: Execution,
-        outcome: Outcome,
-        metadata: dict[str, Any],
-        common: dict[str, Any],
-    ) -> ev.ContainerCompleted:
-        container = execution.container
-        spec = execution.node.spec.container
-        assert spec is not None
-        status = {
-            Status.SUCCEEDED: "succeeded",
-            Status.CANCELLED: "stopped",
-        }.get(outcome.status, "failed")
-        tokens = container.tokens if container is not None else 0
-        details = dict(container.run.details) if container is not None else {}
-        if container is not None and not common["inputs"]:
-            common["inputs"] = self._redact.value(jsonable(container.inputs))
-        return ev.ContainerCompleted(
-            kind=spec.kind,
-            status=status,
-            total_tokens=tokens,
-            steps=container.rounds if container is not None else 0,
-            execution_metadata={
-                "total_tokens": tokens,
-                "total_price": 0,
-                "currency": "USD",
-                **self._redact.value(jsonable(details)),
-                **metadata,
-            },
-            **common,
-        )
-
     def _drain(self) -> Iterator[ev.Event]:
         """Report what was running when the run stopped: inline nodes that never
         ran, worker nodes once they notice the cancel (briefly), then containers."""
         while self._inline:
             execution = self._inline.popleft()
             self._in_flight.pop(execution.id, None)
-            yield self._node_ended(execution, Outcome(Status.CANCELLED, 1))
+            yield self.report.node_ended(execution, Outcome(Status.CANCELLED, 1))
         give_up = time.monotonic() + DRAIN_GRACE_S
         while any(e.container is None for e in self._in_flight.values()):
             try:
@@ -828,119 +604,29 @@ class WorkflowRun:
                 if outcome.status is Status.FAILED and self.cancel.cancelled:
                     # It failed because the run was stopped under it.
                     outcome = Outcome(Status.CANCELLED, outcome.attempt, error=outcome.error)
-                yield self._node_ended(execution, outcome)
+                yield self.report.node_ended(execution, outcome)
         for execution in reversed(list(self._in_flight.values())):  # innermost first
             if execution.container is not None:
                 self._in_flight.pop(execution.id, None)
                 execution.container.cancel.release()
-                yield self._node_ended(execution, Outcome(Status.CANCELLED, 1))
+                yield self.report.node_ended(execution, Outcome(Status.CANCELLED, 1))
 
     # ---- how the run ends
 
-    def _totals(self) -> dict[str, Any]:
-        return {
-            "outputs": self._redact.value(jsonable(self.outputs)),
-            "total_tokens": self._tokens,
-            "total_steps": self._steps,
-            "exceptions_count": self._exceptions,
-            "finished_at": int(time.time()),
-        }
-
-    def _terminal_success(self) -> ev.WorkflowFinished:
-        if self._exceptions:
-            self.status = "partial-succeeded"
-            return ev.WorkflowPartialSucceeded(**self._totals(), **self._common())
-        self.status = "succeeded"
-        return ev.WorkflowSucceeded(**self._totals(), **self._common())
-
-    def _terminal_failed(self, error: BaseException) -> ev.WorkflowFinished:
-        self.status = "failed"
-        return ev.WorkflowFailed(
-            error_type=error_type(error),
-            error_message=self._redact.text(str(error)),
-            error=error,
-            **self._totals(),
-            **self._common(),
-        )
-
-    def _terminal_stopped(self) -> ev.WorkflowFinished:
+    def _stopped(self) -> ev.WorkflowFinished:
         if self._failure is not None:
-            return self._terminal_failed(self._failure[1])
+            return self.report.failed(self._failure[1])
         stop = self._stop_message
         assert stop is not None
         if stop.aborted:
-            self.status = "stopped"
-            return ev.WorkflowStopped(
-                reason=stop.reason, error_message=stop.reason, **self._totals(), **self._common()
-            )
-        return self._terminal_failed(stop.error or LimitExceededError("cli.limit.time", limit="?"))
+            return self.report.stopped(stop.reason)
+        return self.report.failed(stop.error or LimitExceededError("cli.limit.time", limit="?"))
 
     def _end(self, terminal: ev.WorkflowFinished) -> Iterator[ev.Event]:
         """Record the run, then report its end (and the chat turn's)."""
-        try:
-            self.session.finish(
-                RunSummary(
-                    status=terminal.status,
-                    inputs=self.inputs,
-                    outputs=self.outputs,
-                    error=terminal.error_message,
-                    elapsed_time=self._elapsed(),
-                    total_tokens=self._tokens,
-                    total_steps=self._steps,
-                    exceptions_count=self._exceptions,
-                    nodes=self._records,
-                    answer=self.answer,
-                    conversation=self._written,
-                )
-            )
-        except Exception as exc:  # noqa: BLE001 - a run that cannot be recorded has failed
-            if terminal.status != "failed":
-                terminal = self._terminal_failed(exc)
-        yield terminal
-        if not self.info.chat:
-            return
-        if isinstance(terminal, ev.WorkflowFailed):
-            yield ev.ErrorEvent(message=f"Run failed: {terminal.error_message}", **self._common())
-        else:
-            usage = ev.llm_usage(self._usage, latency=self._elapsed())
-            shown = self.session.workflow.show_retriever_resources
-            resources = _positioned(self._resources) if shown else []
-            yield ev.MessageEnd(
-                answer=self.answer, usage=usage, retriever_resources=resources, **self._common()
-            )
-
-
-def _positioned(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The resources of every model call, numbered 1.. in the order they were used."""
-    return [{**r, "position": i} for i, r in enumerate(resources, start=1)]
+        return self.report.ended(terminal, self.session.finish)
 
 
 def new_id() -> str:
     """A node execution id, in uuid4's form (random, not secret: faster than uuid4)."""
     return str(uuid.UUID(int=random.getrandbits(128), version=4))
-
-
-def _record(
-    event: ev.NodeFinished | ev.ContainerCompleted, execution: Execution
-) -> NodeExecutionRecord:
-    process_data = event.process_data if isinstance(event, ev.NodeFinished) else {}
-    metadata = event.execution_metadata
-    if event.container is not None:
-        metadata = {**metadata, **event.container.metadata()}
-    return NodeExecutionRecord(
-        id=execution.id,
-        index=event.index,
-        node_id=event.node_id,
-        node_type=event.node_type,
-        title=event.title,
-        predecessor_node_id=event.predecessor_node_id,
-        status=event.status,
-        inputs=event.inputs,
-        process_data=process_data,
-        outputs=event.outputs,
-        error=event.error_message,
-        elapsed_time=event.node_elapsed,
-        execution_metadata=metadata,
-        created_at=event.created_at,
-        finished_at=event.finished_at,
-    )
