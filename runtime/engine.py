@@ -8,7 +8,9 @@ nodes, and decides how the run ends. A node that only computes (it declares
 operator) runs on the dispatcher itself, with no thread hand-off; every other
 node runs on the worker pool. Abort, failure and the time limit all stop the
 run through `_stop`: cancel the token (which shuts in-flight LLM sockets down
-through their gates), wake the dispatcher, drain, report.
+through their gates), wake the dispatcher, drain, report. The time limit is a
+deadline, not a timer: the dispatcher's wait for the next event ends at it, and
+it is checked between the nodes the dispatcher runs itself.
 
 Containers (iteration, loop) run their rounds on the same machinery: each
 round is a frame (`runtime/frames.py`) with its own scheduler, streamer and
@@ -169,6 +171,7 @@ class WorkflowRun:
         self._failure: tuple[NodeDef, BaseException] | None = None
         self._stop_message: _Stop | None = None
         self._stop_lock = threading.Lock()
+        self._deadline = Deadline(None)  # set when the run starts
         self._events = self._run()
 
     # ---- public surface
@@ -212,6 +215,14 @@ class WorkflowRun:
         error = time_exceeded(self.limits.max_run_seconds)
         self._stop(_Stop(aborted=False, reason=str(error), error=error))
 
+    def _next(self) -> object:
+        """What nodes sent next, waiting no longer than the run has left."""
+        try:
+            return self._queue.get(timeout=self._deadline.remaining())
+        except queue.Empty:
+            self._time_limit()
+            return None
+
     @property
     def _going(self) -> bool:
         return self._stop_message is None and self._failure is None
@@ -225,10 +236,9 @@ class WorkflowRun:
         return plan
 
     def _run(self) -> Iterator[ev.Event]:
-        deadline = Deadline(self.limits.max_run_seconds, self._time_limit)
         try:
             yield self.report.started()
-            deadline.start()
+            self._deadline = Deadline.after(self.limits.max_run_seconds)
             try:
                 if isinstance(self.clients, RouteClients) and self.clients.needs_local(
                     self.providers
@@ -244,7 +254,7 @@ class WorkflowRun:
             yield from self._launch(self._top, [self.graph.start_id], None)
             yield from self._pump()
             while self._in_flight and self._going:
-                item = self._queue.get()
+                item = self._next()
                 if isinstance(item, _Done):
                     yield from self._finish(item.execution, item.outcome)
                 else:
@@ -256,7 +266,6 @@ class WorkflowRun:
             yield from self._drain()
             yield from self._end(self._stopped())
         finally:
-            deadline.cancel()
             self.cancel.cancel("run finished")
             self._workers.shutdown(timeout=1.0)
             self.session.close()
@@ -323,6 +332,9 @@ class WorkflowRun:
         """Run the started inline nodes on this thread, and what they make ready;
         conclude ended rounds and containers first."""
         while (self._later or self._inline) and self._going:
+            if self._deadline.passed():  # a long chain of inline nodes never waits
+                self._time_limit()
+                return
             if self._later:
                 yield from self._later.popleft()()
                 continue
