@@ -30,41 +30,28 @@ ready start. A chatflow's turn ends with `workflow_finished` followed by
 from __future__ import annotations
 
 import contextlib
-import queue
-import random
 import threading
-import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from firstgate.common.cancel import CancelToken
-from firstgate.connectors.hub import Connectors
 from firstgate.nodes.base import (
-    AgentLogEntry,
-    Clients,
     NeedsWorker,
-    NodeContext,
     Role,
     Round,
-    RoundDone,
     Rounds,
 )
-from firstgate.plugin_daemon_client.fallback import FallbackEvent
-from firstgate.plugin_daemon_client.gate import WaitInfo
 from firstgate.runtime import events as ev
 from firstgate.runtime.error_handler import (
-    OnRetry,
     Outcome,
     Status,
     apply_strategy,
-    execute,
     succeeded,
 )
 from firstgate.runtime.frames import ContainerExecution, Execution, Frame
 from firstgate.runtime.graph import Graph, NodeDef
+from firstgate.runtime.inbox import Chunk, Done, Inbox, NodeShared, Notice, Stop
 from firstgate.runtime.limits import (
     Deadline,
     LimitExceededError,
@@ -72,45 +59,15 @@ from firstgate.runtime.limits import (
     steps_exceeded,
     time_exceeded,
 )
+from firstgate.runtime.resources import RunResources
 from firstgate.runtime.response_stream import Piece, StreamPlan
-from firstgate.runtime.route_clients import RouteClients
 from firstgate.runtime.run_report import RunReport
 from firstgate.runtime.session import RunSession
 from firstgate.runtime.variable_pool import VariablePool
 from firstgate.runtime.worker_pool import WorkerPool
-from firstgate.sandbox.executor import CodeExecutor
 
 # How long a stopped run waits for its in-flight nodes to notice the cancel.
 DRAIN_GRACE_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class _Done:
-    execution: Execution
-    outcome: Outcome
-
-
-@dataclass(frozen=True, slots=True)
-class _Chunk:
-    execution: Execution
-    attempt: int
-    text: str
-    target: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Notice:
-    """An event a worker made for its execution (waiting, fallback, retry)."""
-
-    execution: Execution
-    event: ev.Event
-
-
-@dataclass(frozen=True, slots=True)
-class _Stop:
-    aborted: bool  # True: the caller aborted; False: a limit was exceeded
-    reason: str
-    error: BaseException | None = None
 
 
 class WorkflowRun:
@@ -122,29 +79,30 @@ class WorkflowRun:
         inputs: dict[str, Any],
         *,
         session: RunSession,
+        resources: RunResources,
         providers: set[str],
-        clients: Clients,
         limits: RunLimits,
         max_workers: int,
-        connectors: Connectors | None = None,
-        code_executor: CodeExecutor | None = None,
-        owns_code_executor: bool = False,
-        start_code_executor: bool = False,
+        warm_code_executor: bool = False,
+        owned: contextlib.ExitStack | None = None,
     ) -> None:
+        """`resources` are shared and never closed here; `owned` is what the run
+        closes when it ends (its session, resources opened for it alone)."""
         self.graph = graph
-        self.connectors = connectors
-        self.code_executor = code_executor
-        self._owns_code_executor = owns_code_executor
-        self._start_code_executor = start_code_executor
+        self.resources = resources
         self.providers = providers  # of the LLM nodes the run can reach
         self.inputs = inputs
         self.session = session
         self.info = session.info
         self.run_id = session.info.workflow_run_id
         self.limits = limits
-        self.clients = clients
+        self._owned = owned or contextlib.ExitStack()
+        # Built on first use: a missing sandbox key refuses the run here.
+        code_executor = resources.code_executor
+        self._warm_code_executor = warm_code_executor
+        self.connectors = resources.connectors()  # the run's own: it closes them
         self.cancel = CancelToken()
-        self.pool = VariablePool(
+        pool = VariablePool(
             session.system,
             session.environment,
             session.conversation,
@@ -152,16 +110,17 @@ class WorkflowRun:
             start_id=self.graph.start_id,
         )
         self._plans: dict[int, StreamPlan] = {}  # graph -> how it streams (once per graph)
-        self._top = Frame.open(graph, self._plan(graph), self.pool, self.cancel)
-        self.scheduler = self._top.scheduler
-        self.streamer = self._top.streamer
+        self._top = Frame.open(graph, self._plan(graph), pool, self.cancel)
         self.report = RunReport(
             session.info,
             session.redactor,
             inputs,
             show_retriever_resources=session.workflow.show_retriever_resources,
         )
-        self._queue: queue.Queue[object] = queue.Queue()
+        shared = NodeShared(
+            resources.clients, inputs, code_executor, self.connectors, session.history
+        )
+        self._inbox = Inbox(self.report, shared)
         self._workers = WorkerPool(max_workers)
         self._in_flight: dict[str, Execution] = {}  # execution id -> execution
         self._inline: deque[Execution] = deque()  # started, to run on the dispatcher
@@ -169,7 +128,7 @@ class WorkflowRun:
         # (queued, not nested: a thousand short rounds must not nest a thousand calls).
         self._later: deque[Callable[[], Iterator[ev.Event]]] = deque()
         self._failure: tuple[NodeDef, BaseException] | None = None
-        self._stop_message: _Stop | None = None
+        self._stop_message: Stop | None = None
         self._stop_lock = threading.Lock()
         self._deadline = Deadline(None)  # set when the run starts
         self._events = self._run()
@@ -191,7 +150,7 @@ class WorkflowRun:
         return self.report.outputs
 
     def abort(self, reason: str = "workflow aborted") -> None:
-        self._stop(_Stop(aborted=True, reason=reason))
+        self._stop(Stop(aborted=True, reason=reason))
 
     def close(self) -> None:
         """Stop and release everything if the caller stops iterating early."""
@@ -199,7 +158,7 @@ class WorkflowRun:
 
     # ---- stopping
 
-    def _stop(self, message: _Stop) -> None:
+    def _stop(self, message: Stop) -> None:
         # Record why *before* cancelling: cancel() shuts in-flight streams down at
         # once, and a node that sees it can report back before this thread runs
         # on; the dispatcher must never take that node's end for a finished run.
@@ -208,20 +167,19 @@ class WorkflowRun:
                 return
             self._stop_message = message
         self.cancel.cancel(message.reason)  # shuts in-flight streams down via their gates
-        self._queue.put(message)  # wakes the dispatcher
+        self._inbox.put(message)  # wakes the dispatcher
 
     def _time_limit(self) -> None:
         assert self.limits.max_run_seconds is not None
         error = time_exceeded(self.limits.max_run_seconds)
-        self._stop(_Stop(aborted=False, reason=str(error), error=error))
+        self._stop(Stop(aborted=False, reason=str(error), error=error))
 
-    def _next(self) -> object:
+    def _next(self) -> object | None:
         """What nodes sent next, waiting no longer than the run has left."""
-        try:
-            return self._queue.get(timeout=self._deadline.remaining())
-        except queue.Empty:
+        item = self._inbox.get(self._deadline.remaining())
+        if item is None:
             self._time_limit()
-            return None
+        return item
 
     @property
     def _going(self) -> bool:
@@ -240,46 +198,32 @@ class WorkflowRun:
             yield self.report.started()
             self._deadline = Deadline.after(self.limits.max_run_seconds)
             try:
-                if isinstance(self.clients, RouteClients) and self.clients.needs_local(
-                    self.providers
-                ):
-                    # Started here, in the caller's thread, so the server dies with us.
-                    self.clients.start_local()
+                # Started here, in the caller's thread, so the server dies with its owner.
+                self.resources.start_local(self.providers)
             except Exception as exc:  # noqa: BLE001 - reported as the run's failure
-                yield from self._end(self.report.failed(exc))
+                yield from self.report.ended(self.report.failed(exc), self.session.finish)
                 return
-            if self._start_code_executor and self.code_executor is not None:
-                # Warm up in the background; a code node waits for a worker if it must.
-                threading.Thread(target=self._warm_up_code_executor, daemon=True).start()
+            if self._warm_code_executor:
+                self.resources.warm_up_code_executor()
             yield from self._launch(self._top, [self.graph.start_id], None)
             yield from self._pump()
             while self._in_flight and self._going:
                 item = self._next()
-                if isinstance(item, _Done):
+                if isinstance(item, Done):
                     yield from self._finish(item.execution, item.outcome)
                 else:
                     yield from self._relay(item)
                 yield from self._pump()
             if self._going:
-                yield from self._end(self.report.succeeded())
+                yield from self.report.ended(self.report.succeeded(), self.session.finish)
                 return
             yield from self._drain()
-            yield from self._end(self._stopped())
+            yield from self.report.ended(self._stopped(), self.session.finish)
         finally:
             self.cancel.cancel("run finished")
             self._workers.shutdown(timeout=1.0)
-            self.session.close()
-            if isinstance(self.clients, RouteClients):
-                self.clients.close()
-            if self.connectors is not None:
-                self.connectors.close()
-            if self._owns_code_executor and self.code_executor is not None:
-                self.code_executor.close()
-
-    def _warm_up_code_executor(self) -> None:
-        assert self.code_executor is not None
-        with contextlib.suppress(Exception):  # the first code node reports it
-            self.code_executor.start()
+            self.connectors.close()
+            self._owned.close()
 
     # ---- starting node executions
 
@@ -298,17 +242,9 @@ class WorkflowRun:
             index = self.report.next_index()
             if index > self.limits.max_steps:
                 error = steps_exceeded(self.limits.max_steps)
-                self._stop(_Stop(aborted=False, reason=str(error), error=error))
+                self._stop(Stop(aborted=False, reason=str(error), error=error))
                 return
-            execution = Execution(
-                id=new_id(),
-                index=index,
-                node=node,
-                frame=frame,
-                predecessor=predecessor,
-                started=time.monotonic(),
-                created_at=int(time.time()),
-            )
+            execution = Execution.start(node, frame, index, predecessor)
             frame.scheduler.mark_running(node_id)
             frame.active += 1
             self._in_flight[execution.id] = execution
@@ -343,87 +279,25 @@ class WorkflowRun:
                 yield from self._finish(execution, Outcome(Status.CANCELLED, 1))
                 continue
             try:
-                outcome = execute(
-                    execution.node,
-                    lambda attempt, e=execution: self._context(e, attempt, on_dispatcher=True),
-                    execution.frame.cancel,
-                    self._retry_reporter(execution),
-                )
+                outcome = self._inbox.attempts(execution, on_dispatcher=True)
             except NeedsWorker:
                 self._submit(execution)  # this run needs more than a moment
                 continue
-            except BaseException as exc:  # noqa: BLE001 - a bug in a node must still end the run cleanly
-                outcome = Outcome(Status.FAILED, 1, error=exc)
             yield from self._finish(execution, outcome)
 
     def _submit(self, execution: Execution) -> None:
-        self._workers.submit(lambda: self._execute(execution))
-
-    def _execute(self, execution: Execution) -> None:
-        """Runs on a worker: the node's attempts, retries and strategy."""
-        try:
-            outcome = execute(
-                execution.node,
-                lambda attempt: self._context(execution, attempt),
-                execution.frame.cancel,
-                self._retry_reporter(execution),
-            )
-        except BaseException as exc:  # noqa: BLE001 - a bug in a node must still end the run cleanly
-            outcome = Outcome(Status.FAILED, 1, error=exc)
-        self._queue.put(_Done(execution, outcome))
-
-    def _context(
-        self, execution: Execution, attempt: int, on_dispatcher: bool = False
-    ) -> NodeContext:
-        execution.attempt_started[attempt] = time.monotonic()
-
-        report, put = self.report, self._queue.put
-
-        def chunk(text: str, target: str | None = None) -> None:
-            put(_Chunk(execution, attempt, text, target))
-
-        def wait(info: WaitInfo, target: str | None = None) -> None:
-            put(_Notice(execution, report.waiting(execution, attempt, info, target)))
-
-        def fallback(event: FallbackEvent) -> None:
-            put(_Notice(execution, report.fallback(execution, attempt, event)))
-
-        def agent_log(entry: AgentLogEntry) -> None:
-            put(_Notice(execution, report.agent_log(execution, entry)))
-
-        return NodeContext(
-            node_id=execution.node.id,
-            attempt=attempt,
-            variables=execution.frame.scope,
-            cancel=execution.frame.cancel,
-            emit_chunk=chunk,
-            emit_wait=wait,
-            emit_fallback=fallback,
-            emit_agent_log=agent_log,
-            clients=self.clients,
-            inputs=self.inputs,
-            code_executor=self.code_executor,
-            connectors=self.connectors,
-            history=self.session.history,
-            on_dispatcher=on_dispatcher,
-        )
-
-    def _retry_reporter(self, execution: Execution) -> OnRetry:
-        def report(attempt: int, exc: Exception, interval_ms: int) -> None:
-            event = self.report.retry(execution, attempt, exc, interval_ms)
-            self._queue.put(_Notice(execution, event))
-
-        return report
+        inbox = self._inbox
+        self._workers.submit(lambda: inbox.put(Done(execution, inbox.attempts(execution))))
 
     # ---- what running nodes report
 
     def _relay(self, item: object) -> Iterator[ev.Event]:
-        if not isinstance(item, _Chunk | _Notice):
+        if not isinstance(item, Chunk | Notice):
             return  # a stop message: the loop ends on its own
         frame = item.execution.frame
         if frame.cancel.cancelled:
             return  # what a stopped run's (or stopped container's) nodes still send is noise
-        if isinstance(item, _Chunk):
+        if isinstance(item, Chunk):
             yield from self._on_chunk(item)
             return
         event = item.event
@@ -436,7 +310,7 @@ class WorkflowRun:
             if frame.streamer is not None:
                 frame.streamer.on_retry(item.execution.node.id)
 
-    def _on_chunk(self, chunk: _Chunk) -> Iterator[ev.Event]:
+    def _on_chunk(self, chunk: Chunk) -> Iterator[ev.Event]:
         execution = chunk.execution
         frame = execution.frame
         frame.chunk_target[execution.node.id] = chunk.target
@@ -469,7 +343,7 @@ class WorkflowRun:
                         self.cancel.cancel(f"node {node.id} failed")
                 elif frame.error is None:
                     frame.error = error  # the round fails; nothing after this node runs
-            yield from self._left(frame)
+            self._left(frame)
             return
         frame.scope.set_outputs(node.id, outcome.outputs)
         if outcome.status is Status.SUCCEEDED:
@@ -493,55 +367,35 @@ class WorkflowRun:
             self.report.merge_response(outcome.outputs)
         if step.ready and frame.error is None:
             yield from self._launch(frame, step.ready, node.id)
-        yield from self._left(frame)
+        self._left(frame)
 
-    def _left(self, frame: Frame) -> Iterator[ev.Event]:
+    def _left(self, frame: Frame) -> None:
         """One execution of `frame` is over: the round ends with its last one."""
         frame.active -= 1
         if frame.active == 0 and frame.owner is not None:
             self._later.append(lambda: self._round_done(frame))
-        return
-        yield  # a generator, like the other steps
 
     # ---- containers: their rounds run as frames on this dispatcher
 
     def _start_container(self, execution: Execution) -> Iterator[ev.Event]:
-        node, frame = execution.node, execution.frame
-        spec = node.spec.container
+        node, spec = execution.node, execution.node.spec.container
         assert spec is not None
         try:
-            run = spec.start(node.data, self._context(execution, 1, on_dispatcher=True))
+            run = spec.start(node.data, self._inbox.context(execution, 1, on_dispatcher=True))
         except Exception as exc:  # noqa: BLE001 - its inputs were wrong: the node failed
             yield self.report.container_started(execution, spec.kind, None)
             yield from self._finish(execution, self._failed(execution, exc))
             return
-        types = {(node.id, name): kind for name, kind in run.variable_types.items()}
-        container = ContainerExecution(
-            execution=execution,
-            run=run,
-            kind=spec.kind,
-            graph=frame.graph.children[node.id],
-            scope=frame.scope.child({node.id: run.variables}, types),
-            cancel=frame.cancel.child(),
-            inputs=dict(run.inputs),
-        )
-        execution.container = container
+        container = execution.container = ContainerExecution.open(execution, run, spec.kind)
         yield self.report.container_started(execution, spec.kind, container)
         yield from self._decide(container, lambda: run.first(container.scope))
 
-    def _decide(self, container: ContainerExecution, ask: Any) -> Iterator[ev.Event]:
-        """Ask the container what next (`ask()`), start the rounds it wants, and
-        end it when no round runs and none was asked for."""
-        decision = Rounds()
-        if container.failure is None:
-            try:
-                decision = ask()
-            except Exception as exc:  # noqa: BLE001 - the container failed (a bad loop variable)
-                container.failure = exc
-        if (decision.stop or container.failure is not None) and not container.stopping:
-            container.stopping = True
-            container.cancel.cancel("container stopped")
-        rounds = [] if container.stopping or container.cancel.cancelled else decision.start
+    def _decide(
+        self, container: ContainerExecution, ask: Callable[[], Rounds]
+    ) -> Iterator[ev.Event]:
+        """Start the rounds the container wants (`ask()`), and end it when no round
+        runs and none was asked for."""
+        rounds = container.decide(ask)
         # Dify announces the rounds it starts together first, then runs them.
         for round_ in rounds:
             if round_.announced:
@@ -552,29 +406,14 @@ class WorkflowRun:
             self._later.append(lambda: self._end_container(container))
 
     def _start_round(self, container: ContainerExecution, round_: Round) -> Iterator[ev.Event]:
-        execution = container.execution
-        values = {execution.node.id: round_.values} if round_.values else None
-        frame = Frame.open(
-            container.graph,
-            self._plan(container.graph),
-            container.scope.child(values),
-            container.cancel,
-            owner=container,
-            index=round_.index,
-        )
-        container.running += 1
-        container.rounds += 1
-        frame.active += 1  # held while its first nodes start
+        frame = container.open_round(round_, self._plan(container.graph))
         yield from self._launch(frame, [container.graph.start_id], None)
-        yield from self._left(frame)
+        self._left(frame)
 
     def _round_done(self, frame: Frame) -> Iterator[ev.Event]:
         container = frame.owner
         assert container is not None
-        container.running -= 1
-        elapsed = round(time.monotonic() - frame.started, 6)
-        container.last_elapsed = elapsed
-        done = RoundDone(frame.index, frame.scope, frame.error, frame.broke, elapsed)
+        done = container.round_done(frame)
         yield from self._decide(container, lambda: container.run.after(done))
 
     def _end_container(self, container: ContainerExecution) -> Iterator[ev.Event]:
@@ -601,13 +440,12 @@ class WorkflowRun:
             execution = self._inline.popleft()
             self._in_flight.pop(execution.id, None)
             yield self.report.node_ended(execution, Outcome(Status.CANCELLED, 1))
-        give_up = time.monotonic() + DRAIN_GRACE_S
+        give_up = Deadline.after(DRAIN_GRACE_S)
         while any(e.container is None for e in self._in_flight.values()):
-            try:
-                item = self._queue.get(timeout=max(0.0, give_up - time.monotonic()))
-            except queue.Empty:
+            item = self._inbox.get(give_up.remaining())
+            if item is None:
                 break
-            if isinstance(item, _Done):
+            if isinstance(item, Done):
                 execution = item.execution
                 self._in_flight.pop(execution.id, None)
                 outcome = item.outcome
@@ -633,12 +471,3 @@ class WorkflowRun:
         if stop.aborted:
             return self.report.stopped(stop.reason)
         return self.report.failed(stop.error or LimitExceededError("cli.limit.time", limit="?"))
-
-    def _end(self, terminal: ev.WorkflowFinished) -> Iterator[ev.Event]:
-        """Record the run, then report its end (and the chat turn's)."""
-        return self.report.ended(terminal, self.session.finish)
-
-
-def new_id() -> str:
-    """A node execution id, in uuid4's form (random, not secret: faster than uuid4)."""
-    return str(uuid.UUID(int=random.getrandbits(128), version=4))

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.runtime import RunOptions, RunResources, load_workflow
 from firstgate.runtime import events as ev
-from firstgate.runtime import load_workflow
 from firstgate.store import open_store
 from firstgate.store.base import MESSAGE_ERROR, MESSAGE_NORMAL, Store
 
@@ -80,9 +80,9 @@ class _Watched:
 
 def _chat(store: Store, query: str, conversation: str | None = None) -> list[ev.Event]:
     workflow = load_workflow(FLOWS / "greeting_around_query.yml")
-    return list(
-        workflow.run(query=query, conversation_id=conversation, store=store, turn_wait_s=WAIT_S)
-    )
+    options = RunOptions(query=query, conversation_id=conversation, turn_wait_s=WAIT_S)
+    with RunResources.open(store=store) as resources:
+        return list(workflow.run({}, options, resources))
 
 
 def _failed_cleanly(events: list[ev.Event]) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from firstgate.plugin_daemon_client import LLMChunk, current_gate
-from firstgate.runtime import RunLimits, load_workflow
+from firstgate.runtime import RunLimits, RunOptions, RunResources, load_workflow
 from firstgate.runtime import events as ev
 from firstgate.runtime.graph import EdgeDef
 from firstgate.runtime.limits import Deadline, LimitSettingError
@@ -92,7 +92,9 @@ def doc(
 def run(
     document: dict[str, Any], clients: FakeClients, inputs: dict[str, Any] | None = None, **kw: Any
 ) -> list[ev.Event]:
-    return list(load_workflow(document).run(inputs or {"q": "hi"}, clients=clients, **kw))
+    workflow = load_workflow(document)
+    with RunResources.open(clients=clients) as resources:
+        return list(workflow.run(inputs or {"q": "hi"}, RunOptions(**kw), resources))
 
 
 def final(events: list[ev.Event]) -> ev.WorkflowFinished:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from firstgate.common.cancel import CancelToken
 from firstgate.nodes.base import AgentLogEntry, Round
-from firstgate.nodes.cancel import CancelToken
 from firstgate.plugin_daemon_client.fallback import FallbackEvent
 from firstgate.plugin_daemon_client.gate import WaitInfo
 from firstgate.runtime import events as ev
