@@ -111,12 +111,7 @@ class WorkflowRun:
         )
         self._plans: dict[int, StreamPlan] = {}  # graph -> how it streams (once per graph)
         self._top = Frame.open(graph, self._plan(graph), pool, self.cancel)
-        self.report = RunReport(
-            session.info,
-            session.redactor,
-            inputs,
-            show_retriever_resources=session.workflow.show_retriever_resources,
-        )
+        self.report = RunReport.of(session, inputs)
         shared = NodeShared(
             resources.clients, inputs, code_executor, self.connectors, session.history
         )

@@ -30,7 +30,7 @@ from firstgate.runtime.error_handler import Outcome, Status, error_type
 from firstgate.runtime.frames import ContainerExecution, Execution, Frame
 from firstgate.runtime.redaction import Redactor
 from firstgate.runtime.response_stream import Piece
-from firstgate.runtime.session import RunSummary
+from firstgate.runtime.session import RunSession, RunSummary
 from firstgate.store.base import NodeExecutionRecord
 
 _NODE_END: dict[Status, type[ev.NodeFinished]] = {
@@ -73,6 +73,12 @@ class RunReport:
         self.records: list[NodeExecutionRecord] = []
         self.written: dict[str, Any] = {}  # conversation variables the run wrote
         self.retriever_resources: list[dict[str, Any]] = []  # of every model call, in order
+
+    @classmethod
+    def of(cls, session: RunSession, inputs: dict[str, Any]) -> RunReport:
+        """The report of the run `session` starts (its identity, its redactor, what its app shows)."""
+        shown = session.workflow.show_retriever_resources
+        return cls(session.info, session.redactor, inputs, show_retriever_resources=shown)
 
     # ---- facts the dispatcher hands over
 

@@ -264,3 +264,15 @@ def test_a_stopped_run_reports_its_reason(aborted: bool) -> None:
     r = report()
     done = r.stopped("interrupted") if aborted else r.failed(TimeoutError("too long"))
     assert done.status == ("stopped" if aborted else "failed")
+
+
+@pytest.mark.parametrize("shown", [True, False])
+def test_message_end_lists_the_knowledge_used_when_the_app_shows_it(shown: bool) -> None:
+    r = RunReport(info(chat=True), Redactor(), {}, show_retriever_resources=shown, clock=Clock())
+    used = ({"document_name": "a"}, {"document_name": "b"})
+    r.node_ended(execution(), Outcome(Status.SUCCEEDED, 1, retriever_resources=used[:1]))
+    r.node_ended(execution(), Outcome(Status.SUCCEEDED, 1, retriever_resources=used[1:]))
+    end = list(r.ended(r.succeeded(), lambda summary: None))[-1]
+    assert isinstance(end, ev.MessageEnd)
+    expected = [{"document_name": "a", "position": 1}, {"document_name": "b", "position": 2}]
+    assert end.retriever_resources == (expected if shown else [])
