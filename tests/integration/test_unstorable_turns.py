@@ -161,7 +161,8 @@ def test_a_workflow_run_the_store_refuses_is_recorded_failed(store: Store) -> No
     store.db = FailingCommits(store.db, 1)  # type: ignore[attr-defined]
     workflow = load_workflow(FLOWS / "echo_input_to_end.yml")
     names = [v.variable for v in workflow.start_node.data.variables]  # type: ignore[attr-defined]
-    events = list(workflow.run({name: "x" for name in names}, store=store))
+    with RunResources.open(store=store) as resources:
+        events = list(workflow.run({name: "x" for name in names}, resources=resources))
     finished = events[-1]
     assert isinstance(finished, ev.WorkflowFinished) and finished.status == "failed"
     assert finished.error_message == "the run could not be saved in the state database"
