@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from firstgate.runtime import load_workflow
+from firstgate.runtime import RunOptions, RunResources, load_workflow
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
 from firstgate.store import open_store
@@ -103,24 +103,19 @@ def turn_cpu(document: dict[str, Any], settings: RuntimeSettings, turns: int, db
     """Median process CPU seconds per turn of one conversation."""
     workflow = load_workflow(document)
     store = open_store(db)
+    resources = RunResources.open(settings, store=store, loader=load_workflow)
     inputs = {"name": "Ada", "topic": "tea"}
     conversation = "bench"
     samples: list[float] = []
     for index in range(turns + 5):  # 5 warm-up turns
         started = time.process_time()
-        events = list(
-            workflow.run(
-                inputs,
-                query=f"question {index}",
-                conversation_id=conversation,
-                settings=settings,
-                store=store,
-            )
-        )
+        options = RunOptions(query=f"question {index}", conversation_id=conversation)
+        events = list(workflow.run(inputs, options, resources))
         spent = time.process_time() - started
         assert events[-1].to_dict()["event"] == "message_end", events[-1]
         if index >= 5:
             samples.append(spent)
+    resources.close()
     store.close()
     return statistics.median(samples)
 

@@ -20,8 +20,8 @@ import time  # noqa: E402
 import httpx  # noqa: E402
 from firstgate.plugin_daemon_client import LLMClient, first_token_gate  # noqa: E402
 from firstgate.plugin_daemon_client.errors import FirstGateError  # noqa: E402
+from firstgate.runtime import RunOptions, load_workflow  # noqa: E402
 from firstgate.runtime import events as ev  # noqa: E402
-from firstgate.runtime import load_workflow  # noqa: E402
 from firstgate.runtime.settings import RuntimeSettings  # noqa: E402
 from firstgate.runtime.settings.providers import ProviderRoute  # noqa: E402
 
@@ -128,7 +128,7 @@ def iteration_flow() -> dict:
 def container_abort_latency(workflow, routes: RuntimeSettings) -> tuple[float, float]:
     """run.abort() while ROUNDS rounds block in their LLM streams: (abort -> the
     last round's NodeStopped, abort -> the run's terminal event)."""
-    run = workflow.run({}, query="go", settings=routes)
+    run = workflow.run({}, RunOptions(query="go"), settings=routes)
     start = last_stopped = 0.0
     started = 0
     for event in run:

@@ -123,9 +123,7 @@ class PeakRss:
 
 def run_inprocess(model_url: str, streams: int, workdir: Path) -> dict[str, Any]:
     import gevent
-    from firstgate.runtime.loader import load_workflow
-    from firstgate.runtime.models.route_clients import RouteClients, SharedClients
-    from firstgate.runtime.models.routes import ModelRoutes
+    from firstgate.runtime import RunOptions, RunResources, load_workflow
     from firstgate.runtime.settings import load_settings
     from firstgate.serve.server import MAX_ROUTE_CONNECTIONS, raise_open_file_limit
     from firstgate.store import open_store
@@ -135,17 +133,16 @@ def run_inprocess(model_url: str, streams: int, workdir: Path) -> dict[str, Any]
     settings_path.write_text(settings_yaml(model_url))
     settings = load_settings(settings_path)
     workflow = load_workflow(flow())
-    route_clients = RouteClients(ModelRoutes(settings), max_connections=MAX_ROUTE_CONNECTIONS)
-    clients = SharedClients(route_clients)
     store = open_store(str(workdir / "inprocess.db"))
+    resources = RunResources.open(
+        settings, store=store, loader=load_workflow, max_connections=MAX_ROUTE_CONNECTIONS
+    )
     counts: list[int] = []
     failures: list[str] = []
 
     def one(index: int) -> None:
         status, text = None, ""
-        run = workflow.run(
-            {"topic": f"t{index}"}, user="bench", store=store, settings=settings, clients=clients
-        )
+        run = workflow.run({"topic": f"t{index}"}, RunOptions(user_id="bench"), resources)
         for event in run:
             wire = event.to_dict()  # as serve does for every event
             if wire["event"] == "workflow_finished":
@@ -162,8 +159,8 @@ def run_inprocess(model_url: str, streams: int, workdir: Path) -> dict[str, Any]
     gevent.joinall([gevent.spawn(one, i) for i in range(streams)])
     wall, used = time.perf_counter() - start, proc_cpu(pid) - before_cpu
     peak = sampler.stop()
+    resources.close()
     store.close()
-    route_clients.close()
     return {
         "streams": streams,
         "complete": sum(1 for n in counts if n == FRAMES),

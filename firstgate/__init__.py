@@ -19,6 +19,8 @@ _EXPORTS = {
     "load_workflow": "firstgate.runtime",
     "load_settings": "firstgate.runtime",
     "RunLimits": "firstgate.runtime",
+    "RunOptions": "firstgate.runtime",
+    "RunResources": "firstgate.runtime",
     "open_store": "firstgate.store",
 }
 

@@ -1,4 +1,8 @@
-"""Load a Dify DSL document into a validated `Workflow`, collecting every problem."""
+"""Load a Dify DSL document into a validated graph, collecting every problem.
+
+`runtime.workflow.load_workflow` makes the `Workflow` of what this returns (the
+workflow module sits above this one, so that a run can load the workflows its
+workflow tools name with the same function)."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import contextlib
 import dataclasses
 import gc
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +37,6 @@ from firstgate.runtime.execution.variable_pool import (
     start_sys_alias,
 )
 from firstgate.runtime.models.routes import ModelRoutes
-from firstgate.runtime.workflow import Workflow, declarations
 from pydantic import ValidationError
 
 if TYPE_CHECKING:
@@ -48,13 +52,27 @@ def read_document(source: str | Path) -> dict[str, Any]:
     return read_yaml_mapping(source)
 
 
-def load_workflow(
+@dataclass(frozen=True, slots=True)
+class LoadedDocument:
+    """A validated document: its graph, how many distinct templates its nodes
+    render, the easy-mode app it was compiled from and the file stem (for the app id)."""
+
+    document: Document
+    graph: Graph
+    templates: int
+    easy: EasyApp | None = None
+    stem: str | None = None
+    # What Dify loads but runs its own way: located problems, not errors.
+    warnings: list[Problem] = field(default_factory=list)
+
+
+def load_document(
     source: str | Path | Mapping[str, Any],
     *,
     settings: RuntimeSettings | None = None,
     stem: str | None = None,
-) -> Workflow:
-    """A workflow from a DSL file path or an already-parsed mapping.
+) -> LoadedDocument:
+    """A DSL file path or an already-parsed mapping, validated.
 
     `settings` (the runtime settings the workflow will run with) lets a node
     check what only the settings can supply, e.g. the definition of an `api`
@@ -62,7 +80,7 @@ def load_workflow(
     its own): part of the app id, so two exports of one name are two apps.
     Raises DslError listing every problem found, not only the first.
     """
-    with _collector_paused():
+    with collector_paused():
         places = None
         if isinstance(source, Mapping):
             raw = dict(source)
@@ -76,7 +94,7 @@ def load_workflow(
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Loading allocates hundreds of thousands of objects and frees none: the
     cyclic collector would rescan the growing heap again and again (loading a
     100,000-node file took twice as long with it). Runs after loading see no change."""
@@ -113,7 +131,7 @@ class _Loader:
         self.broken: set[str] = set()
         self.dropped_edges = False
 
-    def load(self) -> Workflow:
+    def load(self) -> LoadedDocument:
         try:
             document = Document.model_validate(self.raw)
         except ValidationError as exc:
@@ -123,7 +141,7 @@ class _Loader:
         except DslError as exc:
             raise DslError(self._located(exc.problems)) from None
 
-    def _load(self, document: Document) -> Workflow:
+    def _load(self, document: Document) -> LoadedDocument:
         with counting_templates() as templates:
             nodes = self._nodes(document.workflow.graph.nodes)
         self._containers(nodes)
@@ -150,15 +168,8 @@ class _Loader:
         if self.problems:
             raise DslError(self.problems)
         assert graph is not None
-        return Workflow(
-            name=document.app.name,
-            mode=document.app.mode,
-            graph=graph,
-            templates=len(templates),
-            loader=load_workflow,
-            easy=self.easy,
-            warnings=self._located(self.warnings),
-            **declarations(document, self.stem),
+        return LoadedDocument(
+            document, graph, len(templates), self.easy, self.stem, self._located(self.warnings)
         )
 
     def _containers(self, nodes: dict[str, NodeDef]) -> None:

@@ -1,6 +1,6 @@
 """A loaded workflow: the validated graph and what the app declares around it
 (environment and conversation variables, file uploads), ready to run any
-number of times."""
+number of times; `load_workflow` makes one (with `runtime.loader`)."""
 
 from __future__ import annotations
 
@@ -9,37 +9,28 @@ import json
 import logging
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from firstgate.common.files import FileRules
-from firstgate.connectors.hub import Connectors
 from firstgate.nodes import start
 from firstgate.nodes.templates.jinja import reserve_templates
 from firstgate.runtime.dsl.graph import Graph, NodeDef
-from firstgate.runtime.execution.code_executors import build_code_executor
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.environment import EnvVar
 from firstgate.runtime.execution.events import CHAT_MODE
-from firstgate.runtime.execution.limits import RunLimits
-from firstgate.runtime.execution.session import (
-    DEFAULT_TURN_WAIT_S,
-    DEFAULT_USER,
-    RunOptions,
-    open_session,
-)
-from firstgate.runtime.execution.workflow_tools import Loader, WorkflowTools
-from firstgate.runtime.models.route_clients import RouteClients
-from firstgate.runtime.models.routes import ModelRoutes, RouteError
+from firstgate.runtime.execution.resources import RunResources
+from firstgate.runtime.execution.session import RunOptions, open_session
+from firstgate.runtime.loader import collector_paused, load_document
+from firstgate.runtime.models.routes import RouteError
 
 if TYPE_CHECKING:
-    from firstgate.nodes.base import Clients
     from firstgate.runtime.dsl.app_modes import EasyApp
     from firstgate.runtime.dsl.dsl_models import Document, FileUpload
     from firstgate.runtime.settings import RuntimeSettings
-    from firstgate.sandbox.executor import CodeExecutor
-    from firstgate.store.base import Store
 
 # Namespace of the ids firstgate derives for an app and a workflow version.
 _ID_NAMESPACE = uuid.UUID("6f1d0c9e-5b4a-4c1f-9a53-2f6b7f3e8d10")
@@ -83,8 +74,6 @@ class Workflow:
     # Distinct templates its nodes render: the compiled-template cache keeps room
     # for them as long as the workflow exists (`nodes.jinja.reserve_templates`).
     templates: int = 0
-    # The loader that made this workflow: its workflow tools load theirs with it.
-    loader: Loader | None = field(default=None, repr=False, compare=False)
     # An easy-mode app (chat, agent-chat, completion) this graph was compiled from.
     easy: EasyApp | None = None
     # `features.retriever_resource`: the knowledge an answer used goes in `message_end`.
@@ -159,111 +148,102 @@ class Workflow:
     def run(
         self,
         inputs: Mapping[str, Any] | None = None,
+        options: RunOptions | None = None,
+        resources: RunResources | None = None,
         *,
-        query: str | None = None,
-        conversation_id: str | None = None,
-        user: str = DEFAULT_USER,
-        files: Sequence[Any] = (),
-        store: Store | None = None,
-        environ: Mapping[str, str] | None = None,
-        env_file_values: Mapping[str, str] | None = None,
         settings: RuntimeSettings | None = None,
-        limits: RunLimits | None = None,
-        max_workers: int = 16,
-        run_id: str | None = None,
-        task_id: str | None = None,
-        clients: Clients | None = None,
-        turn_wait_s: float = DEFAULT_TURN_WAIT_S,
-        code_executor: CodeExecutor | None = None,
     ) -> WorkflowRun:
         """Start a run; iterate the returned object for events, call `.abort()` to stop it.
 
-        A chatflow takes the user's message as `query`, continues conversation
-        `conversation_id` (a new one when None or unknown) for `user`, and keeps
-        its variables and history in `store` (without one it is a conversation
-        of one turn). `files` are `sys.files`: paths, http(s) URLs or File objects.
-        Environment variables come from `environ` (default: the process's
-        FIRSTGATE_ENV_<NAME>), then `env_file_values`, then the DSL.
-        `settings` is the runtime settings file's content (`load_settings`);
-        without it every provider is served by the embedded llama-server.
+        `options` are this run's choices (`RunOptions`: the chat message, the
+        conversation, the user, files, limits...). `resources` are what runs
+        share (`RunResources`: routes, code executor, store, loader), opened
+        and closed by the caller. Without them the run opens its own from
+        `settings` (the runtime settings file's content, `load_settings`;
+        without it every provider is served by the embedded llama-server) and
+        closes them when it ends; without a store a chatflow is a
+        conversation of one turn.
 
         Raises start.InputError for inputs that do not fit, RouteError for a
         route whose credential variable is unset or a plugin with no daemon, EnvVarError for a bad
         environment value, StoreError when the conversation cannot be taken.
-        `clients` replaces the routes with your own provider of transport clients.
-        `code_executor` (yours to start and close, shared by as many runs as you
-        like) replaces the one the run builds from `settings.code_executor`
-        and closes when it ends.
         """
         if self.warnings and not self.warned:
             self.warned = True  # once per loaded workflow, not once per run
             for warning in self.warnings:
                 _log.warning("%s", warning.render())
-        values, sys_query = self.prepare_inputs(inputs or {}, query)
-        self.check_plugin_daemon(settings)
-        providers = self.llm_providers()
-        if clients is None:
-            routes = ModelRoutes(settings)
-            routes.check(providers)
-            clients = RouteClients(routes)
-        limits = limits or RunLimits()
-        options = RunOptions(
-            query=sys_query,
-            conversation_id=conversation_id,
-            user_id=user,
-            files=files,
-            store=store,
-            environ=environ,
-            env_file_values=env_file_values,
-            turn_wait_s=turn_wait_s,
-            run_id=run_id,
-            task_id=task_id,
-        )
-        lease = (
-            limits.max_run_seconds + _LEASE_MARGIN_S
-            if limits.max_run_seconds
-            else _UNLIMITED_LEASE_S
-        )
-        session = open_session(self, options, lease_seconds=lease)
-        owns_executor = code_executor is None
-        if code_executor is None:
-            code_executor = build_code_executor(settings.code_executor if settings else None)
+        options = options or RunOptions()
+        owned = ExitStack()  # what the run closes when it ends (or this, if it cannot start)
         try:
-            if files and not self.file_upload.enabled:
-                raise start.InputError("dsl.input.filesDisabled")
-            session.attach_files(self.file_upload.rules, self.file_upload.limit)
-            session.note_input_files(values)
-            return WorkflowRun(
-                self.graph,
-                values,
-                session=session,
-                providers=providers,
-                clients=clients,
-                limits=limits,
-                max_workers=max_workers,
-                connectors=_connectors(settings, clients, code_executor, self.loader),
-                code_executor=code_executor,
-                owns_code_executor=owns_executor,
-                start_code_executor=self.uses_code_executor(),
-            )
+            if resources is None:
+                resources = owned.enter_context(RunResources.open(settings, loader=load_workflow))
+            elif settings is not None:
+                raise TypeError("settings come with the resources: RunResources.open(settings)")
+            return self._start(inputs or {}, options, resources, owned)
         except BaseException:
-            session.close()
-            if owns_executor:
-                code_executor.close()
+            owned.close()
             raise
 
+    def _start(
+        self,
+        inputs: Mapping[str, Any],
+        options: RunOptions,
+        resources: RunResources,
+        owned: ExitStack,
+    ) -> WorkflowRun:
+        values, sys_query = self.prepare_inputs(inputs, options.query)
+        options = replace(options, query=sys_query)
+        self.check_plugin_daemon(resources.settings)
+        providers = self.llm_providers()
+        resources.check_routes(providers)
+        seconds = options.limits.max_run_seconds
+        lease = seconds + _LEASE_MARGIN_S if seconds else _UNLIMITED_LEASE_S
+        store = resources.store if options.recorded else None
+        session = open_session(self, options, store=store, lease_seconds=lease)
+        owned.callback(session.close)
+        if options.files and not self.file_upload.enabled:
+            raise start.InputError("dsl.input.filesDisabled")
+        session.attach_files(self.file_upload.rules, self.file_upload.limit)
+        session.note_input_files(values)
+        return WorkflowRun(
+            self.graph,
+            values,
+            session=session,
+            resources=resources,
+            providers=providers,
+            limits=options.limits,
+            max_workers=options.max_workers,
+            warm_code_executor=self.uses_code_executor(),
+            owned=owned,
+        )
 
-def _connectors(
-    settings: RuntimeSettings | None,
-    clients: Clients,
-    code_executor: CodeExecutor,
-    loader: Loader | None,
-) -> Connectors:
-    connectors = Connectors.from_settings(settings)
-    if loader is not None:
-        # A workflow tool runs another workflow with this run's routes and executor.
-        connectors.workflow_tools = WorkflowTools(settings, clients, code_executor, loader)
-    return connectors
+
+def load_workflow(
+    source: str | Path | Mapping[str, Any],
+    *,
+    settings: RuntimeSettings | None = None,
+    stem: str | None = None,
+) -> Workflow:
+    """A workflow from a DSL file path or an already-parsed mapping.
+
+    `settings` (the runtime settings the workflow will run with) lets a node
+    check what only the settings can supply, e.g. the definition of an `api`
+    tool. `stem` is the export's file name without its suffix (a path gives
+    its own): part of the app id, so two exports of one name are two apps.
+    Raises DslError listing every problem found, not only the first.
+    """
+    with collector_paused():
+        loaded = load_document(source, settings=settings, stem=stem)
+        document = loaded.document
+        return Workflow(
+            name=document.app.name,
+            mode=document.app.mode,
+            graph=loaded.graph,
+            templates=loaded.templates,
+            easy=loaded.easy,
+            warnings=loaded.warnings,
+            **declarations(document, loaded.stem),
+        )
 
 
 def _upload_rules(upload: FileUpload) -> FileUploadRules:

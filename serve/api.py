@@ -16,9 +16,7 @@ from typing import Any
 
 from firstgate.common.files import DEFAULT_SIZE_LIMITS, MB, FileType
 from firstgate.locales import normalize_locale, t
-from firstgate.nodes.base import RoutePlanner
 from firstgate.runtime.settings import RuntimeSettings
-from firstgate.sandbox.executor import CodeExecutor
 from firstgate.serve import bodies, uploads
 from firstgate.serve.access_log import APP_ENVIRON_KEY
 from firstgate.serve.apps import App, AppDirectory
@@ -82,10 +80,8 @@ class ServeContext:
     runs: Runs
     uploads_dir: Path
     settings: RuntimeSettings | None
-    clients: RoutePlanner | None
     ping_interval: float = PING_INTERVAL_S
     links: FileLinks = field(default_factory=FileLinks)
-    code_executor: CodeExecutor | None = None  # shared by every run; None: each run builds one
     # Where file links point (`file_links.files_base_url`); set once the address is known.
     files_url: str = ""
 

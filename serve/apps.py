@@ -19,9 +19,9 @@ from typing import Any
 
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.runtime.dsl.app_modes import compile_document
-from firstgate.runtime.loader import load_workflow, read_document
+from firstgate.runtime.loader import read_document
 from firstgate.runtime.settings import RuntimeSettings
-from firstgate.runtime.workflow import Workflow
+from firstgate.runtime.workflow import Workflow, load_workflow
 
 KEY_PREFIX = "FIRSTGATE_APP_KEY_"
 EXPORT_SUFFIXES = (".yml", ".yaml")

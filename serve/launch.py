@@ -18,14 +18,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from firstgate.locales.localized_error import LocalizedError
-from firstgate.nodes.base import RoutePlanner
 from firstgate.nodes.start import InputError
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.environment import EnvVarError
 from firstgate.runtime.execution.limits import RunLimits
+from firstgate.runtime.execution.resources import RunResources
+from firstgate.runtime.execution.session import RunOptions
 from firstgate.runtime.models.routes import RouteError
-from firstgate.runtime.settings import RuntimeSettings
-from firstgate.sandbox.executor import CodeExecutor
 from firstgate.serve import uploads
 from firstgate.serve.apps import App
 from firstgate.serve.errors import ApiError, invalid_param, not_found
@@ -57,14 +56,22 @@ class RunRequest:
 
 @dataclass(slots=True)
 class Launcher:
-    """What starting a run takes in one process: the shared store, clients and sandboxes."""
+    """What starting a run takes in one process: the run resources (with the
+    process's store), opened once per process and closed by `close()`."""
 
-    store: Store
-    settings: RuntimeSettings | None
-    clients: RoutePlanner | None
+    resources: RunResources
     links: FileLinks
-    code_executor: CodeExecutor | None = None
     limits: RunLimits | None = None  # None: the engine's defaults
+
+    @property
+    def store(self) -> Store:
+        store = self.resources.store
+        assert store is not None  # serve always opens one (`open_resources`)
+        return store
+
+    def close(self) -> None:
+        self.resources.close()
+        self.store.close()
 
     def _resolve(self, app: App, request: RunRequest) -> tuple[dict[str, Any], list[Any]]:
         def link(upload_id: str) -> str:
@@ -84,20 +91,16 @@ class Launcher:
         """Start the run (ApiError when it cannot start)."""
         inputs, files = self._resolve(app, request)
         with start_errors():
-            return app.workflow.run(
-                inputs,
+            options = RunOptions(
                 query=request.query,
                 conversation_id=request.conversation_id,
-                user=request.user,
+                user_id=request.user,
                 files=files,
-                store=self.store,
-                settings=self.settings,
-                clients=self.clients,
-                code_executor=self.code_executor,
-                limits=self.limits,
+                limits=self.limits or RunLimits(),
                 run_id=request.workflow_run_id,
                 task_id=request.task_id,
             )
+            return app.workflow.run(inputs, options, self.resources)
 
 
 @contextmanager

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from firstgate.locales import t
-from firstgate.runtime.execution.code_executors import build_code_executor
 from firstgate.runtime.execution.limits import RunLimits
-from firstgate.runtime.models.route_clients import RouteClients, SharedClients
-from firstgate.runtime.models.routes import ModelRoutes
+from firstgate.runtime.execution.resources import RunResources
 from firstgate.runtime.settings import RuntimeSettings
+from firstgate.runtime.workflow import load_workflow
 from firstgate.serve.access_log import AccessLog
 from firstgate.serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
 from firstgate.serve.apps import AppDirectory, load_directory
@@ -83,52 +82,29 @@ def raise_open_file_limit() -> None:
             pass
 
 
-@dataclass(slots=True)
-class RunResources:
-    """What the runs of one process share: the store, the model routes (one pool and
-    one embedded llama-server), the code sandboxes; and the launcher that uses them."""
-
-    launcher: Launcher
-    route_clients: RouteClients | None
-
-    def close(self) -> None:
-        if self.launcher.code_executor is not None:
-            self.launcher.code_executor.close()
-        if self.route_clients is not None:
-            self.route_clients.close()
-        self.launcher.store.close()
-
-
 def open_resources(
     config: ServeConfig, apps: AppDirectory, *, executes_runs: bool = True
-) -> RunResources:
-    """The shared parts for `apps`; a process that only queues runs (`serve
-    --broker`) opens the store alone: no model clients, no sandboxes."""
+) -> Launcher:
+    """What the runs of this process share, opened once: the store, and the run
+    resources (one pool of connections and one embedded llama-server, one pool of
+    code sandboxes started on first use); `Launcher.close()` closes them. A
+    process that only queues runs (`serve --broker`) starts no server."""
     store: Store = open_store(config.database)
-    links = FileLinks()
-    if not executes_runs:
-        return RunResources(Launcher(store, config.settings, None, links), None)
-    routes = ModelRoutes(config.settings)
-    route_clients = RouteClients(routes, max_connections=MAX_ROUTE_CONNECTIONS)
-    providers = {p for app in apps.apps.values() for p in app.workflow.llm_providers()}
-    # One pool of code sandboxes for every run of every app (started on first use).
-    needs_code = any(app.workflow.uses_code_executor() for app in apps.apps.values())
-    code_executor = (
-        build_code_executor(config.settings.code_executor if config.settings else None)
-        if needs_code
-        else None
+    resources = RunResources.open(
+        config.settings,
+        store=store,
+        loader=load_workflow,
+        max_connections=MAX_ROUTE_CONNECTIONS,
     )
-    launcher = Launcher(
-        store, config.settings, SharedClients(route_clients), links, code_executor, config.limits
-    )
-    resources = RunResources(launcher, route_clients)
+    launcher = Launcher(resources, FileLinks(), config.limits)
     try:
-        if route_clients.needs_local(providers):
-            route_clients.start_local()
+        if executes_runs:
+            providers = {p for app in apps.apps.values() for p in app.workflow.llm_providers()}
+            resources.start_local(providers)
     except BaseException:
-        resources.close()
+        launcher.close()
         raise
-    return resources
+    return launcher
 
 
 @dataclass(slots=True)
@@ -137,11 +113,11 @@ class Service:
 
     context: ServeContext
     api: ServiceApi
-    resources: RunResources
+    launcher: Launcher
 
     def close(self) -> None:
         self.context.runs.close()
-        self.resources.close()
+        self.launcher.close()
 
 
 def build_service(
@@ -155,8 +131,7 @@ def build_service(
     uploads_dir = config.uploads_dir or _default_uploads(config.database)
     uploads_dir.mkdir(parents=True, exist_ok=True)
     distributed = config.distributed
-    resources = open_resources(config, apps, executes_runs=distributed is None)
-    launcher = resources.launcher
+    launcher = open_resources(config, apps, executes_runs=distributed is None)
     try:
         if distributed is None:
             runs: Runs = RunManager(launcher)
@@ -170,16 +145,14 @@ def build_service(
             runs=runs,
             uploads_dir=uploads_dir,
             settings=config.settings,
-            clients=launcher.clients,
             ping_interval=config.ping_interval,
             links=launcher.links,
-            code_executor=launcher.code_executor,
             files_url=config.files_url or "",
         )
     except BaseException:
-        resources.close()
+        launcher.close()
         raise
-    return Service(context, ServiceApi(context), resources)
+    return Service(context, ServiceApi(context), launcher)
 
 
 def _default_uploads(database: str | None) -> Path:

@@ -34,11 +34,12 @@ from firstgate.runtime.execution.limits import (
     LimitSettingError,
     RunLimits,
 )
-from firstgate.runtime.loader import load_workflow
+from firstgate.runtime.execution.resources import RunResources
+from firstgate.runtime.execution.session import RunOptions
 from firstgate.runtime.models.routes import RouteError
 from firstgate.runtime.settings import load_settings
-from firstgate.runtime.workflow import Workflow
-from firstgate.store import Store, StoreError, open_store
+from firstgate.runtime.workflow import Workflow, load_workflow
+from firstgate.store import StoreError, open_store
 
 from firstgate import locales
 
@@ -194,23 +195,19 @@ def _check_chat_args(workflow: Workflow, args: argparse.Namespace) -> None:
         raise ChatArgError("cli.chat.notChat")
 
 
-def _start_run(args: argparse.Namespace, store: Store) -> tuple[Workflow, WorkflowRun]:
-    settings = load_settings(args.models) if args.models else None
-    workflow = load_workflow(args.flow, settings=settings)
+def _start_run(args: argparse.Namespace, resources: RunResources) -> tuple[Workflow, WorkflowRun]:
+    workflow = load_workflow(args.flow, settings=resources.settings)
     _check_chat_args(workflow, args)
     env_file = read_env_file(args.env_file) if args.env_file else None
-    run = workflow.run(
-        parse_inputs(args.input),
+    options = RunOptions(
         query=args.query,
         conversation_id=args.conversation,
-        user=args.user or DEFAULT_CLI_USER,
+        user_id=args.user or DEFAULT_CLI_USER,
         files=args.file,
-        store=store,
         env_file_values=env_file,
-        settings=settings,
         limits=_limits(args),
     )
-    return workflow, run
+    return workflow, workflow.run(parse_inputs(args.input), options, resources)
 
 
 INVALID_ERRORS = (
@@ -226,21 +223,21 @@ INVALID_ERRORS = (
 
 
 def cmd_run(args: argparse.Namespace, locale: str) -> int:
-    try:
-        store = open_store(args.state)
-    except StoreError as exc:
-        return _invalid(exc, locale, args.json)
-    try:
+    # One run: its store and resources are opened here and closed when it ends.
+    with contextlib.ExitStack() as opened:
         try:
-            workflow, run = _start_run(args, store)
+            store = opened.enter_context(contextlib.closing(open_store(args.state)))
+            settings = load_settings(args.models) if args.models else None
+            resources = opened.enter_context(
+                RunResources.open(settings, store=store, loader=load_workflow)
+            )
+            workflow, run = _start_run(args, resources)
         except INVALID_ERRORS as exc:
             if isinstance(exc, DslError) and not args.json:
                 # Headed with the file the problems are in: the models file's own name for its problems.
                 return _invalid_file(exc, exc.source or args.flow, locale)
             return _invalid(exc, locale, args.json)
         return _stream(run, workflow, locale, args.json)
-    finally:
-        store.close()
 
 
 def _stream(run: WorkflowRun, workflow: Workflow, locale: str, as_json: bool) -> int:

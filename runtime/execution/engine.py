@@ -8,7 +8,9 @@ nodes, and decides how the run ends. A node that only computes (it declares
 operator) runs on the dispatcher itself, with no thread hand-off; every other
 node runs on the worker pool. Abort, failure and the time limit all stop the
 run through `_stop`: cancel the token (which shuts in-flight LLM sockets down
-through their gates), wake the dispatcher, drain, report.
+through their gates), wake the dispatcher, drain, report. The time limit is a
+deadline, not a timer: the dispatcher's wait for the next event ends at it, and
+it is checked between the nodes the dispatcher runs itself.
 
 Containers (iteration, loop) run their rounds on the same machinery: each
 round is a frame (`runtime/execution/frames.py`) with its own scheduler, streamer and
@@ -28,43 +30,28 @@ ready start. A chatflow's turn ends with `workflow_finished` followed by
 from __future__ import annotations
 
 import contextlib
-import queue
-import random
 import threading
-import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from firstgate.common.cancel import CancelToken
-from firstgate.connectors.hub import Connectors
 from firstgate.nodes.base import (
-    AgentLogEntry,
-    Clients,
     NeedsWorker,
-    NodeContext,
     Role,
     Round,
-    RoundDone,
     Rounds,
 )
-from firstgate.nodes.values import jsonable
-from firstgate.plugin_daemon_client.errors import FirstGateError
-from firstgate.plugin_daemon_client.fallback import FallbackEvent
-from firstgate.plugin_daemon_client.gate import WaitInfo
 from firstgate.runtime.dsl.graph import Graph, NodeDef
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.execution.error_handler import (
     Outcome,
     Status,
     apply_strategy,
-    error_type,
-    execute,
     succeeded,
 )
 from firstgate.runtime.execution.frames import ContainerExecution, Execution, Frame
+from firstgate.runtime.execution.inbox import Chunk, Done, Inbox, NodeShared, Notice, Stop
 from firstgate.runtime.execution.limits import (
     Deadline,
     LimitExceededError,
@@ -72,45 +59,15 @@ from firstgate.runtime.execution.limits import (
     steps_exceeded,
     time_exceeded,
 )
+from firstgate.runtime.execution.resources import RunResources
 from firstgate.runtime.execution.response_stream import Piece, StreamPlan
-from firstgate.runtime.execution.session import RunSession, RunSummary
+from firstgate.runtime.execution.run_report import RunReport
+from firstgate.runtime.execution.session import RunSession
 from firstgate.runtime.execution.variable_pool import VariablePool
 from firstgate.runtime.execution.worker_pool import WorkerPool
-from firstgate.runtime.models.route_clients import RouteClients
-from firstgate.sandbox.executor import CodeExecutor
-from firstgate.store.base import NodeExecutionRecord
 
 # How long a stopped run waits for its in-flight nodes to notice the cancel.
 DRAIN_GRACE_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class _Done:
-    execution: Execution
-    outcome: Outcome
-
-
-@dataclass(frozen=True, slots=True)
-class _Chunk:
-    execution: Execution
-    attempt: int
-    text: str
-    target: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Notice:
-    """An event a worker made for its execution (waiting, fallback, retry)."""
-
-    execution: Execution
-    event: ev.Event
-
-
-@dataclass(frozen=True, slots=True)
-class _Stop:
-    aborted: bool  # True: the caller aborted; False: a limit was exceeded
-    reason: str
-    error: BaseException | None = None
 
 
 class WorkflowRun:
@@ -122,29 +79,30 @@ class WorkflowRun:
         inputs: dict[str, Any],
         *,
         session: RunSession,
+        resources: RunResources,
         providers: set[str],
-        clients: Clients,
         limits: RunLimits,
         max_workers: int,
-        connectors: Connectors | None = None,
-        code_executor: CodeExecutor | None = None,
-        owns_code_executor: bool = False,
-        start_code_executor: bool = False,
+        warm_code_executor: bool = False,
+        owned: contextlib.ExitStack | None = None,
     ) -> None:
+        """`resources` are shared and never closed here; `owned` is what the run
+        closes when it ends (its session, resources opened for it alone)."""
         self.graph = graph
-        self.connectors = connectors
-        self.code_executor = code_executor
-        self._owns_code_executor = owns_code_executor
-        self._start_code_executor = start_code_executor
+        self.resources = resources
         self.providers = providers  # of the LLM nodes the run can reach
         self.inputs = inputs
         self.session = session
         self.info = session.info
         self.run_id = session.info.workflow_run_id
         self.limits = limits
-        self.clients = clients
+        self._owned = owned or contextlib.ExitStack()
+        # Built on first use: a missing sandbox key refuses the run here.
+        code_executor = resources.code_executor
+        self._warm_code_executor = warm_code_executor
+        self.connectors = resources.connectors()  # the run's own: it closes them
         self.cancel = CancelToken()
-        self.pool = VariablePool(
+        pool = VariablePool(
             session.system,
             session.environment,
             session.conversation,
@@ -152,31 +110,22 @@ class WorkflowRun:
             start_id=self.graph.start_id,
         )
         self._plans: dict[int, StreamPlan] = {}  # graph -> how it streams (once per graph)
-        self._top = Frame.open(graph, self._plan(graph), self.pool, self.cancel)
-        self.scheduler = self._top.scheduler
-        self.streamer = self._top.streamer
-        self.status: str | None = None
-        self.outputs: dict[str, Any] = {}
-        self.answer = ""  # what the response nodes streamed (a chat message's text)
-        self._redact = session.redactor
-        self._queue: queue.Queue[object] = queue.Queue()
+        self._top = Frame.open(graph, self._plan(graph), pool, self.cancel)
+        self.report = RunReport.of(session, inputs)
+        shared = NodeShared(
+            resources.clients, inputs, code_executor, self.connectors, session.history
+        )
+        self._inbox = Inbox(self.report, shared)
         self._workers = WorkerPool(max_workers)
         self._in_flight: dict[str, Execution] = {}  # execution id -> execution
         self._inline: deque[Execution] = deque()  # started, to run on the dispatcher
         # Rounds and containers whose last execution ended, to conclude next
         # (queued, not nested: a thousand short rounds must not nest a thousand calls).
         self._later: deque[Callable[[], Iterator[ev.Event]]] = deque()
-        self._records: list[NodeExecutionRecord] = []
-        self._steps = 0
-        self._exceptions = 0
-        self._tokens = 0
-        self._usage: dict[str, int] = {}
-        self._resources: list[dict[str, Any]] = []
-        self._written: dict[str, Any] = {}  # conversation variables this run wrote
         self._failure: tuple[NodeDef, BaseException] | None = None
-        self._stop_message: _Stop | None = None
+        self._stop_message: Stop | None = None
         self._stop_lock = threading.Lock()
-        self._t0 = time.monotonic()
+        self._deadline = Deadline(None)  # set when the run starts
         self._events = self._run()
 
     # ---- public surface
@@ -187,8 +136,16 @@ class WorkflowRun:
     def __next__(self) -> ev.Event:
         return next(self._events)
 
+    @property
+    def status(self) -> str | None:
+        return self.report.status
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        return self.report.outputs
+
     def abort(self, reason: str = "workflow aborted") -> None:
-        self._stop(_Stop(aborted=True, reason=reason))
+        self._stop(Stop(aborted=True, reason=reason))
 
     def close(self) -> None:
         """Stop and release everything if the caller stops iterating early."""
@@ -196,7 +153,7 @@ class WorkflowRun:
 
     # ---- stopping
 
-    def _stop(self, message: _Stop) -> None:
+    def _stop(self, message: Stop) -> None:
         # Record why *before* cancelling: cancel() shuts in-flight streams down at
         # once, and a node that sees it can report back before this thread runs
         # on; the dispatcher must never take that node's end for a finished run.
@@ -205,24 +162,25 @@ class WorkflowRun:
                 return
             self._stop_message = message
         self.cancel.cancel(message.reason)  # shuts in-flight streams down via their gates
-        self._queue.put(message)  # wakes the dispatcher
+        self._inbox.put(message)  # wakes the dispatcher
 
     def _time_limit(self) -> None:
         assert self.limits.max_run_seconds is not None
         error = time_exceeded(self.limits.max_run_seconds)
-        self._stop(_Stop(aborted=False, reason=str(error), error=error))
+        self._stop(Stop(aborted=False, reason=str(error), error=error))
+
+    def _next(self) -> object | None:
+        """What nodes sent next, waiting no longer than the run has left."""
+        item = self._inbox.get(self._deadline.remaining())
+        if item is None:
+            self._time_limit()
+        return item
 
     @property
     def _going(self) -> bool:
         return self._stop_message is None and self._failure is None
 
     # ---- the dispatcher
-
-    def _elapsed(self) -> float:
-        return round(time.monotonic() - self._t0, 6)
-
-    def _common(self) -> dict[str, Any]:
-        return {"run": self.info, "elapsed": self._elapsed()}
 
     def _plan(self, graph: Graph) -> StreamPlan:
         plan = self._plans.get(id(graph))
@@ -231,55 +189,36 @@ class WorkflowRun:
         return plan
 
     def _run(self) -> Iterator[ev.Event]:
-        self._t0 = time.monotonic()
-        deadline = Deadline(self.limits.max_run_seconds, self._time_limit)
         try:
-            yield ev.WorkflowStarted(
-                inputs=self._redact.value(jsonable(self.inputs)), **self._common()
-            )
-            deadline.start()
+            yield self.report.started()
+            self._deadline = Deadline.after(self.limits.max_run_seconds)
             try:
-                if isinstance(self.clients, RouteClients) and self.clients.needs_local(
-                    self.providers
-                ):
-                    # Started here, in the caller's thread, so the server dies with us.
-                    self.clients.start_local()
+                # Started here, in the caller's thread, so the server dies with its owner.
+                self.resources.start_local(self.providers)
             except Exception as exc:  # noqa: BLE001 - reported as the run's failure
-                yield from self._end(self._terminal_failed(exc))
+                yield from self.report.ended(self.report.failed(exc), self.session.finish)
                 return
-            if self._start_code_executor and self.code_executor is not None:
-                # Warm up in the background; a code node waits for a worker if it must.
-                threading.Thread(target=self._warm_up_code_executor, daemon=True).start()
+            if self._warm_code_executor:
+                self.resources.warm_up_code_executor()
             yield from self._launch(self._top, [self.graph.start_id], None)
             yield from self._pump()
             while self._in_flight and self._going:
-                item = self._queue.get()
-                if isinstance(item, _Done):
+                item = self._next()
+                if isinstance(item, Done):
                     yield from self._finish(item.execution, item.outcome)
                 else:
                     yield from self._relay(item)
                 yield from self._pump()
             if self._going:
-                yield from self._end(self._terminal_success())
+                yield from self.report.ended(self.report.succeeded(), self.session.finish)
                 return
             yield from self._drain()
-            yield from self._end(self._terminal_stopped())
+            yield from self.report.ended(self._stopped(), self.session.finish)
         finally:
-            deadline.cancel()
             self.cancel.cancel("run finished")
             self._workers.shutdown(timeout=1.0)
-            self.session.close()
-            if isinstance(self.clients, RouteClients):
-                self.clients.close()
-            if self.connectors is not None:
-                self.connectors.close()
-            if self._owns_code_executor and self.code_executor is not None:
-                self.code_executor.close()
-
-    def _warm_up_code_executor(self) -> None:
-        assert self.code_executor is not None
-        with contextlib.suppress(Exception):  # the first code node reports it
-            self.code_executor.start()
+            self.connectors.close()
+            self._owned.close()
 
     # ---- starting node executions
 
@@ -295,33 +234,19 @@ class WorkflowRun:
             if node.spec.role is Role.ROUND_START:
                 yield from self._round_start(frame, node)
                 continue
-            self._steps += 1
-            if self._steps > self.limits.max_steps:
+            index = self.report.next_index()
+            if index > self.limits.max_steps:
                 error = steps_exceeded(self.limits.max_steps)
-                self._stop(_Stop(aborted=False, reason=str(error), error=error))
+                self._stop(Stop(aborted=False, reason=str(error), error=error))
                 return
-            execution = Execution(
-                id=new_id(),
-                index=self._steps,
-                node=node,
-                frame=frame,
-                predecessor=predecessor,
-                started=time.monotonic(),
-                created_at=int(time.time()),
-            )
+            execution = Execution.start(node, frame, index, predecessor)
             frame.scheduler.mark_running(node_id)
             frame.active += 1
             self._in_flight[execution.id] = execution
             if node.spec.container is not None:
                 yield from self._start_container(execution)
                 continue
-            yield ev.NodeStarted(
-                index=execution.index,
-                predecessor_node_id=predecessor,
-                created_at=execution.created_at,
-                **self._node_fields(execution),
-                **self._common(),
-            )
+            yield self.report.node_started(execution)
             if node.spec.inline and node.retries == 0:
                 self._inline.append(execution)
             else:
@@ -338,6 +263,9 @@ class WorkflowRun:
         """Run the started inline nodes on this thread, and what they make ready;
         conclude ended rounds and containers first."""
         while (self._later or self._inline) and self._going:
+            if self._deadline.passed():  # a long chain of inline nodes never waits
+                self._time_limit()
+                return
             if self._later:
                 yield from self._later.popleft()()
                 continue
@@ -346,151 +274,25 @@ class WorkflowRun:
                 yield from self._finish(execution, Outcome(Status.CANCELLED, 1))
                 continue
             try:
-                outcome = execute(
-                    execution.node,
-                    lambda attempt, e=execution: self._context(e, attempt, on_dispatcher=True),
-                    execution.frame.cancel,
-                    self._retry_reporter(execution),
-                )
+                outcome = self._inbox.attempts(execution, on_dispatcher=True)
             except NeedsWorker:
                 self._submit(execution)  # this run needs more than a moment
                 continue
-            except BaseException as exc:  # noqa: BLE001 - a bug in a node must still end the run cleanly
-                outcome = Outcome(Status.FAILED, 1, error=exc)
             yield from self._finish(execution, outcome)
 
     def _submit(self, execution: Execution) -> None:
-        self._workers.submit(lambda: self._execute(execution))
-
-    def _execute(self, execution: Execution) -> None:
-        """Runs on a worker: the node's attempts, retries and strategy."""
-        try:
-            outcome = execute(
-                execution.node,
-                lambda attempt: self._context(execution, attempt),
-                execution.frame.cancel,
-                self._retry_reporter(execution),
-            )
-        except BaseException as exc:  # noqa: BLE001 - a bug in a node must still end the run cleanly
-            outcome = Outcome(Status.FAILED, 1, error=exc)
-        self._queue.put(_Done(execution, outcome))
-
-    def _node_fields(self, execution: Execution) -> dict[str, Any]:
-        """What every event of a node execution says about it (made once)."""
-        fields = execution.fields
-        if fields is None:
-            node = execution.node
-            fields = execution.fields = {
-                "node_id": node.id,
-                "node_type": node.type,
-                "title": node.title,
-                "execution_id": execution.id,
-                "container": execution.frame.place,
-            }
-        return fields
-
-    def _context(
-        self, execution: Execution, attempt: int, on_dispatcher: bool = False
-    ) -> NodeContext:
-        execution.attempt_started[attempt] = time.monotonic()
-
-        def chunk(text: str, target: str | None = None) -> None:
-            self._queue.put(_Chunk(execution, attempt, text, target))
-
-        def wait(info: WaitInfo, target: str | None = None) -> None:
-            event = ev.NodeWaiting(
-                attempt=attempt,
-                wait_elapsed=info.elapsed_s,
-                message=self._redact.text(info.message),
-                message_key=info.message_key,
-                params=self._redact.value(dict(info.params)),
-                target=target,
-                **self._node_fields(execution),
-                **self._common(),
-            )
-            self._queue.put(_Notice(execution, event))
-
-        def fallback(event: FallbackEvent) -> None:
-            self._queue.put(_Notice(execution, self._fallback_event(execution, event, attempt)))
-
-        def agent_log(entry: AgentLogEntry) -> None:
-            event = ev.AgentLog(
-                log_id=entry.id,
-                label=entry.label,
-                status=entry.status,
-                parent_id=entry.parent_id,
-                error=None if entry.error is None else self._redact.text(entry.error),
-                log_data=self._redact.value(dict(entry.data)),
-                metadata=dict(entry.metadata),
-                **self._node_fields(execution),
-                **self._common(),
-            )
-            self._queue.put(_Notice(execution, event))
-
-        return NodeContext(
-            node_id=execution.node.id,
-            attempt=attempt,
-            variables=execution.frame.scope,
-            cancel=execution.frame.cancel,
-            emit_chunk=chunk,
-            emit_wait=wait,
-            emit_fallback=fallback,
-            emit_agent_log=agent_log,
-            clients=self.clients,
-            inputs=self.inputs,
-            code_executor=self.code_executor,
-            connectors=self.connectors,
-            history=self.session.history,
-            on_dispatcher=on_dispatcher,
-        )
-
-    def _fallback_event(
-        self, execution: Execution, event: FallbackEvent, attempt: int
-    ) -> ev.NodeFallback:
-        """A decision of the transport's fallback chain as a run event."""
-        return ev.NodeFallback(
-            attempt=attempt,
-            kind=event.kind,
-            reason=event.reason,
-            target=event.target,
-            message=self._redact.text(event.message),
-            message_key=event.message_key,
-            params=self._redact.value(dict(event.params)),
-            **self._node_fields(execution),
-            **self._common(),
-        )
-
-    def _retry_reporter(self, execution: Execution) -> Any:
-        def report(attempt: int, exc: Exception, interval_ms: int) -> None:
-            event = ev.NodeRetry(
-                attempt=attempt,
-                index=execution.index,
-                predecessor_node_id=execution.predecessor,
-                error_type=error_type(exc),
-                error_message=self._redact.text(str(exc)),
-                partial_text=self._redact.text(
-                    exc.partial_text if isinstance(exc, FirstGateError) else ""
-                ),
-                retry_interval_ms=interval_ms,
-                created_at=execution.created_at,
-                finished_at=int(time.time()),
-                error=exc,
-                **self._node_fields(execution),
-                **self._common(),
-            )
-            self._queue.put(_Notice(execution, event))
-
-        return report
+        inbox = self._inbox
+        self._workers.submit(lambda: inbox.put(Done(execution, inbox.attempts(execution))))
 
     # ---- what running nodes report
 
     def _relay(self, item: object) -> Iterator[ev.Event]:
-        if not isinstance(item, _Chunk | _Notice):
+        if not isinstance(item, Chunk | Notice):
             return  # a stop message: the loop ends on its own
         frame = item.execution.frame
         if frame.cancel.cancelled:
             return  # what a stopped run's (or stopped container's) nodes still send is noise
-        if isinstance(item, _Chunk):
+        if isinstance(item, Chunk):
             yield from self._on_chunk(item)
             return
         event = item.event
@@ -503,41 +305,21 @@ class WorkflowRun:
             if frame.streamer is not None:
                 frame.streamer.on_retry(item.execution.node.id)
 
-    def _on_chunk(self, chunk: _Chunk) -> Iterator[ev.Event]:
+    def _on_chunk(self, chunk: Chunk) -> Iterator[ev.Event]:
         execution = chunk.execution
         frame = execution.frame
         frame.chunk_target[execution.node.id] = chunk.target
         key = (chunk.attempt, chunk.target)
         if key not in execution.first_token:
             execution.first_token.add(key)
-            started = execution.attempt_started.get(chunk.attempt, execution.started)
-            yield ev.NodeFirstToken(
-                attempt=chunk.attempt,
-                target=chunk.target,
-                ttft=round(time.monotonic() - started, 6),
-                **self._node_fields(execution),
-                **self._common(),
-            )
+            yield self.report.first_token(execution, chunk.attempt, chunk.target)
         if frame.streamer is not None:
             pieces = frame.streamer.on_chunk(execution.node.id, chunk.attempt, chunk.text)
             yield from self._pieces(frame, pieces)
 
     def _pieces(self, frame: Frame, pieces: list[Piece]) -> Iterator[ev.Event]:
         for piece in pieces:
-            text = self._redact.text(piece.text)
-            self.answer += text
-            streamed = piece.attempt is not None and piece.source is not None
-            yield ev.TextChunk(
-                node_id=piece.response_id,
-                text=text,
-                from_variable_selector=list(piece.selector),
-                source_node_id=piece.source,
-                attempt=piece.attempt,
-                # Unread text is dropped on every retry and swap, so a streamed
-                # piece always comes from the source's latest route.
-                target=frame.chunk_target.get(piece.source or "") if streamed else None,
-                **self._common(),
-            )
+            yield self.report.text(frame, piece)
 
     # ---- a node execution ends
 
@@ -547,7 +329,7 @@ class WorkflowRun:
         node, frame = execution.node, execution.frame
         self._in_flight.pop(execution.id, None)
         if outcome.status not in (Status.SUCCEEDED, Status.EXCEPTION):
-            yield self._node_ended(execution, outcome)
+            yield self.report.node_ended(execution, outcome)
             if outcome.status is Status.FAILED:
                 error = outcome.error or RuntimeError("node failed")
                 if frame.owner is None:
@@ -556,140 +338,77 @@ class WorkflowRun:
                         self.cancel.cancel(f"node {node.id} failed")
                 elif frame.error is None:
                     frame.error = error  # the round fails; nothing after this node runs
-            yield from self._left(frame)
+            self._left(frame)
             return
         frame.scope.set_outputs(node.id, outcome.outputs)
         if outcome.status is Status.SUCCEEDED:
             for selector, value in outcome.updates.items():
                 frame.scope.set(selector, value)
                 if selector[0] == "conversation":
-                    self._written[selector[1]] = value
+                    self.report.wrote(selector[1], value)
             frame.broke = frame.broke or outcome.breaks
-        else:
-            self._exceptions += 1
         step = frame.scheduler.complete(node.id, outcome.handles)
         # Dify reports a container's end before the text it lets through, and
         # any other node's end after that text.
         container_end = node.spec.container is not None
         if container_end:
-            yield self._node_ended(execution, outcome)
+            yield self.report.node_ended(execution, outcome)
         if frame.streamer is not None:
             pieces = frame.streamer.on_node_done(node.id, step.taken, step.skipped)
             yield from self._pieces(frame, pieces)
         if not container_end:
-            yield self._node_ended(execution, outcome)
+            yield self.report.node_ended(execution, outcome)
         if node.spec.role is Role.RESPONSE and outcome.status is Status.SUCCEEDED:
-            self._merge_response(outcome.outputs)
+            self.report.merge_response(outcome.outputs)
         if step.ready and frame.error is None:
             yield from self._launch(frame, step.ready, node.id)
-        yield from self._left(frame)
+        self._left(frame)
 
-    def _left(self, frame: Frame) -> Iterator[ev.Event]:
+    def _left(self, frame: Frame) -> None:
         """One execution of `frame` is over: the round ends with its last one."""
         frame.active -= 1
         if frame.active == 0 and frame.owner is not None:
             self._later.append(lambda: self._round_done(frame))
-        return
-        yield  # a generator, like the other steps
-
-    def _merge_response(self, outputs: dict[str, Any]) -> None:
-        # Dify's rule: answers add up, other outputs (an end node's) are set.
-        for key, value in outputs.items():
-            if key == "answer" and isinstance(value, str):
-                self.outputs["answer"] = str(self.outputs.get("answer", "")) + value
-            else:
-                self.outputs[key] = value
 
     # ---- containers: their rounds run as frames on this dispatcher
 
     def _start_container(self, execution: Execution) -> Iterator[ev.Event]:
-        node, frame = execution.node, execution.frame
-        spec = node.spec.container
+        node, spec = execution.node, execution.node.spec.container
         assert spec is not None
-        common = {
-            "kind": spec.kind,
-            "created_at": execution.created_at,
-            **self._node_fields(execution),
-        }
         try:
-            run = spec.start(node.data, self._context(execution, 1, on_dispatcher=True))
+            run = spec.start(node.data, self._inbox.context(execution, 1, on_dispatcher=True))
         except Exception as exc:  # noqa: BLE001 - its inputs were wrong: the node failed
-            yield ev.ContainerStarted(**common, **self._common())
+            yield self.report.container_started(execution, spec.kind, None)
             yield from self._finish(execution, self._failed(execution, exc))
             return
-        types = {(node.id, name): kind for name, kind in run.variable_types.items()}
-        container = ContainerExecution(
-            execution=execution,
-            run=run,
-            kind=spec.kind,
-            graph=frame.graph.children[node.id],
-            scope=frame.scope.child({node.id: run.variables}, types),
-            cancel=frame.cancel.child(),
-            inputs=dict(run.inputs),
-        )
-        execution.container = container
-        yield ev.ContainerStarted(
-            inputs=self._redact.value(jsonable(container.inputs)),
-            metadata=jsonable(dict(run.metadata)),
-            **common,
-            **self._common(),
-        )
+        container = execution.container = ContainerExecution.open(execution, run, spec.kind)
+        yield self.report.container_started(execution, spec.kind, container)
         yield from self._decide(container, lambda: run.first(container.scope))
 
-    def _decide(self, container: ContainerExecution, ask: Any) -> Iterator[ev.Event]:
-        """Ask the container what next (`ask()`), start the rounds it wants, and
-        end it when no round runs and none was asked for."""
-        decision = Rounds()
-        if container.failure is None:
-            try:
-                decision = ask()
-            except Exception as exc:  # noqa: BLE001 - the container failed (a bad loop variable)
-                container.failure = exc
-        if (decision.stop or container.failure is not None) and not container.stopping:
-            container.stopping = True
-            container.cancel.cancel("container stopped")
-        rounds = [] if container.stopping or container.cancel.cancelled else decision.start
+    def _decide(
+        self, container: ContainerExecution, ask: Callable[[], Rounds]
+    ) -> Iterator[ev.Event]:
+        """Start the rounds the container wants (`ask()`), and end it when no round
+        runs and none was asked for."""
+        rounds = container.decide(ask)
         # Dify announces the rounds it starts together first, then runs them.
         for round_ in rounds:
             if round_.announced:
-                yield ev.ContainerNext(
-                    kind=container.kind,
-                    index=round_.index,
-                    previous_output=self._redact.value(jsonable(round_.previous_output)),
-                    duration=container.last_elapsed,
-                    created_at=int(time.time()),
-                    **self._node_fields(container.execution),
-                    **self._common(),
-                )
+                yield self.report.round_next(container, round_)
         for round_ in rounds:
             yield from self._start_round(container, round_)
         if container.running == 0:
             self._later.append(lambda: self._end_container(container))
 
     def _start_round(self, container: ContainerExecution, round_: Round) -> Iterator[ev.Event]:
-        execution = container.execution
-        values = {execution.node.id: round_.values} if round_.values else None
-        frame = Frame.open(
-            container.graph,
-            self._plan(container.graph),
-            container.scope.child(values),
-            container.cancel,
-            owner=container,
-            index=round_.index,
-        )
-        container.running += 1
-        container.rounds += 1
-        frame.active += 1  # held while its first nodes start
+        frame = container.open_round(round_, self._plan(container.graph))
         yield from self._launch(frame, [container.graph.start_id], None)
-        yield from self._left(frame)
+        self._left(frame)
 
     def _round_done(self, frame: Frame) -> Iterator[ev.Event]:
         container = frame.owner
         assert container is not None
-        container.running -= 1
-        elapsed = round(time.monotonic() - frame.started, 6)
-        container.last_elapsed = elapsed
-        done = RoundDone(frame.index, frame.scope, frame.error, frame.broke, elapsed)
+        done = container.round_done(frame)
         yield from self._decide(container, lambda: container.run.after(done))
 
     def _end_container(self, container: ContainerExecution) -> Iterator[ev.Event]:
@@ -709,117 +428,19 @@ class WorkflowRun:
             return Outcome(Status.CANCELLED, 1, error=exc)
         return apply_strategy(execution.node, exc, 1)
 
-    # ---- the end events of node executions
-
-    def _node_ended(self, execution: Execution, outcome: Outcome) -> ev.Event:
-        """The node's `node_finished` (a container's `*_completed`), also kept
-        for the run's record."""
-        node = execution.node
-        error = outcome.error
-        metadata: dict[str, Any] = {}
-        tokens = 0
-        if outcome.usage:
-            tokens = int(outcome.usage.get("total_tokens") or 0)
-            self._tokens += tokens
-            for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-                self._usage[key] = self._usage.get(key, 0) + int(outcome.usage.get(key) or 0)
-            metadata.update(total_tokens=tokens, total_price=0, currency="USD")
-            owner = execution.frame.owner
-            while owner is not None:  # a container counts what its rounds used
-                owner.tokens += tokens
-                owner = owner.execution.frame.owner
-        self._resources.extend(dict(r) for r in outcome.retriever_resources)
-        if outcome.strategy:
-            metadata["error_strategy"] = outcome.strategy
-        if error is None and outcome.status is Status.CANCELLED:
-            error_message: str | None = execution.frame.cancel.reason or "cancelled"
-            kind_name: str | None = "StreamCancelledError"
-        else:
-            error_message = self._redact.text(str(error)) if error is not None else None
-            kind_name = error_type(error) if error is not None else None
-        common = {
-            "inputs": self._redact.value(jsonable(outcome.inputs)),
-            "outputs": self._redact.value(jsonable(outcome.outputs)),
-            "created_at": execution.created_at,
-            "finished_at": int(time.time()),
-            "node_elapsed": round(time.monotonic() - execution.started, 6),
-            "error_type": kind_name,
-            "error_message": error_message,
-            "error": error,
-            "index": execution.index,
-            "predecessor_node_id": execution.predecessor,
-            **self._node_fields(execution),
-            **self._common(),
-        }
-        if execution.container is not None or node.spec.container is not None:
-            event: ev.Event = self._container_ended(execution, outcome, metadata, common)
-        else:
-            kind: type[ev.NodeFinished] = {
-                Status.SUCCEEDED: ev.NodeSucceeded,
-                Status.EXCEPTION: ev.NodeException,
-                Status.FAILED: ev.NodeFailed,
-                Status.CANCELLED: ev.NodeStopped,
-            }[outcome.status]
-            extra: dict[str, Any] = {}
-            if kind is ev.NodeException:
-                extra["strategy"] = outcome.strategy or ""
-            event = kind(
-                attempt=outcome.attempt,
-                process_data=self._redact.value(jsonable(outcome.process_data)),
-                execution_metadata=metadata,
-                **extra,
-                **common,
-            )
-        self._records.append(_record(event, execution))
-        return event
-
-    def _container_ended(
-        self,
-        execution: Execution,
-        outcome: Outcome,
-        metadata: dict[str, Any],
-        common: dict[str, Any],
-    ) -> ev.ContainerCompleted:
-        container = execution.container
-        spec = execution.node.spec.container
-        assert spec is not None
-        status = {
-            Status.SUCCEEDED: "succeeded",
-            Status.CANCELLED: "stopped",
-        }.get(outcome.status, "failed")
-        tokens = container.tokens if container is not None else 0
-        details = dict(container.run.details) if container is not None else {}
-        if container is not None and not common["inputs"]:
-            common["inputs"] = self._redact.value(jsonable(container.inputs))
-        return ev.ContainerCompleted(
-            kind=spec.kind,
-            status=status,
-            total_tokens=tokens,
-            steps=container.rounds if container is not None else 0,
-            execution_metadata={
-                "total_tokens": tokens,
-                "total_price": 0,
-                "currency": "USD",
-                **self._redact.value(jsonable(details)),
-                **metadata,
-            },
-            **common,
-        )
-
     def _drain(self) -> Iterator[ev.Event]:
         """Report what was running when the run stopped: inline nodes that never
         ran, worker nodes once they notice the cancel (briefly), then containers."""
         while self._inline:
             execution = self._inline.popleft()
             self._in_flight.pop(execution.id, None)
-            yield self._node_ended(execution, Outcome(Status.CANCELLED, 1))
-        give_up = time.monotonic() + DRAIN_GRACE_S
+            yield self.report.node_ended(execution, Outcome(Status.CANCELLED, 1))
+        give_up = Deadline.after(DRAIN_GRACE_S)
         while any(e.container is None for e in self._in_flight.values()):
-            try:
-                item = self._queue.get(timeout=max(0.0, give_up - time.monotonic()))
-            except queue.Empty:
+            item = self._inbox.get(give_up.remaining())
+            if item is None:
                 break
-            if isinstance(item, _Done):
+            if isinstance(item, Done):
                 execution = item.execution
                 self._in_flight.pop(execution.id, None)
                 outcome = item.outcome
@@ -828,119 +449,20 @@ class WorkflowRun:
                 if outcome.status is Status.FAILED and self.cancel.cancelled:
                     # It failed because the run was stopped under it.
                     outcome = Outcome(Status.CANCELLED, outcome.attempt, error=outcome.error)
-                yield self._node_ended(execution, outcome)
+                yield self.report.node_ended(execution, outcome)
         for execution in reversed(list(self._in_flight.values())):  # innermost first
             if execution.container is not None:
                 self._in_flight.pop(execution.id, None)
                 execution.container.cancel.release()
-                yield self._node_ended(execution, Outcome(Status.CANCELLED, 1))
+                yield self.report.node_ended(execution, Outcome(Status.CANCELLED, 1))
 
     # ---- how the run ends
 
-    def _totals(self) -> dict[str, Any]:
-        return {
-            "outputs": self._redact.value(jsonable(self.outputs)),
-            "total_tokens": self._tokens,
-            "total_steps": self._steps,
-            "exceptions_count": self._exceptions,
-            "finished_at": int(time.time()),
-        }
-
-    def _terminal_success(self) -> ev.WorkflowFinished:
-        if self._exceptions:
-            self.status = "partial-succeeded"
-            return ev.WorkflowPartialSucceeded(**self._totals(), **self._common())
-        self.status = "succeeded"
-        return ev.WorkflowSucceeded(**self._totals(), **self._common())
-
-    def _terminal_failed(self, error: BaseException) -> ev.WorkflowFinished:
-        self.status = "failed"
-        return ev.WorkflowFailed(
-            error_type=error_type(error),
-            error_message=self._redact.text(str(error)),
-            error=error,
-            **self._totals(),
-            **self._common(),
-        )
-
-    def _terminal_stopped(self) -> ev.WorkflowFinished:
+    def _stopped(self) -> ev.WorkflowFinished:
         if self._failure is not None:
-            return self._terminal_failed(self._failure[1])
+            return self.report.failed(self._failure[1])
         stop = self._stop_message
         assert stop is not None
         if stop.aborted:
-            self.status = "stopped"
-            return ev.WorkflowStopped(
-                reason=stop.reason, error_message=stop.reason, **self._totals(), **self._common()
-            )
-        return self._terminal_failed(stop.error or LimitExceededError("cli.limit.time", limit="?"))
-
-    def _end(self, terminal: ev.WorkflowFinished) -> Iterator[ev.Event]:
-        """Record the run, then report its end (and the chat turn's)."""
-        try:
-            self.session.finish(
-                RunSummary(
-                    status=terminal.status,
-                    inputs=self.inputs,
-                    outputs=self.outputs,
-                    error=terminal.error_message,
-                    elapsed_time=self._elapsed(),
-                    total_tokens=self._tokens,
-                    total_steps=self._steps,
-                    exceptions_count=self._exceptions,
-                    nodes=self._records,
-                    answer=self.answer,
-                    conversation=self._written,
-                )
-            )
-        except Exception as exc:  # noqa: BLE001 - a run that cannot be recorded has failed
-            if terminal.status != "failed":
-                terminal = self._terminal_failed(exc)
-        yield terminal
-        if not self.info.chat:
-            return
-        if isinstance(terminal, ev.WorkflowFailed):
-            yield ev.ErrorEvent(message=f"Run failed: {terminal.error_message}", **self._common())
-        else:
-            usage = ev.llm_usage(self._usage, latency=self._elapsed())
-            shown = self.session.workflow.show_retriever_resources
-            resources = _positioned(self._resources) if shown else []
-            yield ev.MessageEnd(
-                answer=self.answer, usage=usage, retriever_resources=resources, **self._common()
-            )
-
-
-def _positioned(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The resources of every model call, numbered 1.. in the order they were used."""
-    return [{**r, "position": i} for i, r in enumerate(resources, start=1)]
-
-
-def new_id() -> str:
-    """A node execution id, in uuid4's form (random, not secret: faster than uuid4)."""
-    return str(uuid.UUID(int=random.getrandbits(128), version=4))
-
-
-def _record(
-    event: ev.NodeFinished | ev.ContainerCompleted, execution: Execution
-) -> NodeExecutionRecord:
-    process_data = event.process_data if isinstance(event, ev.NodeFinished) else {}
-    metadata = event.execution_metadata
-    if event.container is not None:
-        metadata = {**metadata, **event.container.metadata()}
-    return NodeExecutionRecord(
-        id=execution.id,
-        index=event.index,
-        node_id=event.node_id,
-        node_type=event.node_type,
-        title=event.title,
-        predecessor_node_id=event.predecessor_node_id,
-        status=event.status,
-        inputs=event.inputs,
-        process_data=process_data,
-        outputs=event.outputs,
-        error=event.error_message,
-        elapsed_time=event.node_elapsed,
-        execution_metadata=metadata,
-        created_at=event.created_at,
-        finished_at=event.finished_at,
-    )
+            return self.report.stopped(stop.reason)
+        return self.report.failed(stop.error or LimitExceededError("cli.limit.time", limit="?"))

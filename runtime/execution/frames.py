@@ -19,12 +19,15 @@ the scope its rounds share (a loop's variables).
 
 from __future__ import annotations
 
+import random
 import time
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from firstgate.common.cancel import CancelToken
-from firstgate.nodes.base import ContainerRun
+from firstgate.nodes.base import ContainerRun, Round, RoundDone, Rounds
 from firstgate.runtime.dsl.graph import Graph, NodeDef
 from firstgate.runtime.execution.events import InContainer
 from firstgate.runtime.execution.response_stream import ResponseStreamer, StreamPlan
@@ -87,6 +90,18 @@ class Execution:
     container: ContainerExecution | None = None  # when the node is a container
     fields: dict[str, Any] | None = None  # what its events say about it (made once)
 
+    @classmethod
+    def start(cls, node: NodeDef, frame: Frame, index: int, predecessor: str | None) -> Execution:
+        return cls(
+            id=new_id(),
+            index=index,
+            node=node,
+            frame=frame,
+            predecessor=predecessor,
+            started=time.monotonic(),
+            created_at=int(time.time()),
+        )
+
 
 @dataclass(eq=False, slots=True)
 class ContainerExecution:
@@ -103,3 +118,55 @@ class ContainerExecution:
     failure: BaseException | None = None  # the container itself failed (its decision raised)
     tokens: int = 0  # used by the nodes of its rounds
     last_elapsed: float | None = None
+
+    @classmethod
+    def open(cls, execution: Execution, run: ContainerRun, kind: str) -> ContainerExecution:
+        """The container `execution` runs as `run`: its rounds' scope is a child of
+        its frame's (with the container's variables), their token a child of its."""
+        node, frame = execution.node, execution.frame
+        types = {(node.id, name): value for name, value in run.variable_types.items()}
+        return cls(
+            execution=execution,
+            run=run,
+            kind=kind,
+            graph=frame.graph.children[node.id],
+            scope=frame.scope.child({node.id: run.variables}, types),
+            cancel=frame.cancel.child(),
+            inputs=dict(run.inputs),
+        )
+
+    def decide(self, ask: Callable[[], Rounds]) -> Sequence[Round]:
+        """The rounds to start now, as the container decides (`ask()`); one that
+        stops (or fails: its decision raised) cancels the rounds still running."""
+        decision = Rounds()
+        if self.failure is None:
+            try:
+                decision = ask()
+            except Exception as exc:  # noqa: BLE001 - the container failed (a bad loop variable)
+                self.failure = exc
+        if (decision.stop or self.failure is not None) and not self.stopping:
+            self.stopping = True
+            self.cancel.cancel("container stopped")
+        return () if self.stopping or self.cancel.cancelled else decision.start
+
+    def open_round(self, round_: Round, plan: StreamPlan) -> Frame:
+        """A round starts: its frame, held active while its first nodes start."""
+        values = {self.execution.node.id: round_.values} if round_.values else None
+        scope = self.scope.child(values)
+        frame = Frame.open(self.graph, plan, scope, self.cancel, owner=self, index=round_.index)
+        self.running += 1
+        self.rounds += 1
+        frame.active += 1
+        return frame
+
+    def round_done(self, frame: Frame) -> RoundDone:
+        """One of its rounds (`frame`) is over."""
+        self.running -= 1
+        elapsed = round(time.monotonic() - frame.started, 6)
+        self.last_elapsed = elapsed
+        return RoundDone(frame.index, frame.scope, frame.error, frame.broke, elapsed)
+
+
+def new_id() -> str:
+    """A node execution id, in uuid4's form (random, not secret: faster than uuid4)."""
+    return str(uuid.UUID(int=random.getrandbits(128), version=4))

@@ -1,7 +1,10 @@
-"""Run limits: steps and wall-clock time. Time is enforced by a timer, so a
-node blocked on a socket cannot outlast it.
+"""Run limits: steps and wall-clock time. Time is a `Deadline` on the monotonic
+clock, like every other deadline here (the gate's, the sandbox's): nothing
+waits for it on its own. The dispatcher bounds its wait for the next event by
+the time the run has left and checks it between the nodes it runs itself, so a
+node blocked on a socket cannot outlast it, and no timer thread is needed.
 
-What a limit stops: when it fires, the run's cancel token is cancelled, which
+What a limit stops: when it passes, the run's cancel token is cancelled, which
 shuts every in-flight model stream down through its gate (and every other
 cancellable wait: HTTP requests, sandboxed code, waits between retries); the
 run then ends as failed within `DRAIN_GRACE_S` (engine). What it cannot stop:
@@ -13,7 +16,7 @@ sandbox's processes, which are killed.
 
 from __future__ import annotations
 
-import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -76,19 +79,23 @@ def time_exceeded(limit: float) -> LimitExceededError:
     return LimitExceededError("cli.limit.time", limit=f"{limit:g}")
 
 
+@dataclass(frozen=True, slots=True)
 class Deadline:
-    """Calls `on_expire` once after `seconds` unless cancelled first."""
+    """When a run must have ended, on a monotonic clock; `at` None: never."""
 
-    def __init__(self, seconds: float | None, on_expire: Callable[[], None]) -> None:
-        self._timer: threading.Timer | None = None
-        if seconds is not None and seconds > 0:
-            self._timer = threading.Timer(seconds, on_expire)
-            self._timer.daemon = True
+    at: float | None
+    clock: Callable[[], float] = time.monotonic
 
-    def start(self) -> None:
-        if self._timer is not None:
-            self._timer.start()
+    @classmethod
+    def after(cls, seconds: float | None, clock: Callable[[], float] = time.monotonic) -> Deadline:
+        """The deadline `seconds` from now (None or 0: none)."""
+        return cls(clock() + seconds if seconds else None, clock)
 
-    def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+    def remaining(self) -> float | None:
+        """Seconds left (0 once passed); None without a deadline: wait as long as it takes."""
+        if self.at is None:
+            return None
+        return max(0.0, self.at - self.clock())
+
+    def passed(self) -> bool:
+        return self.at is not None and self.clock() >= self.at

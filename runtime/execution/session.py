@@ -28,6 +28,7 @@ from firstgate.nodes.start import coerce_files
 from firstgate.nodes.values import jsonable
 from firstgate.runtime.execution.environment import EnvVar, resolve
 from firstgate.runtime.execution.events import CHAT_MODE, RunInfo
+from firstgate.runtime.execution.limits import RunLimits
 from firstgate.runtime.execution.redaction import Redactor
 from firstgate.store.base import (
     MESSAGE_ERROR,
@@ -84,18 +85,29 @@ SYS_FILES = "sys.files"
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    """What the caller chose for one run (CLI flags or `Workflow.run` arguments)."""
+    """What the caller chose for one run (CLI flags, an API request): `Workflow.run`'s
+    options. What runs share (routes, executor, store) is `runtime.resources.RunResources`.
+
+    A chatflow takes the user's message as `query` and continues conversation
+    `conversation_id` (a new one when None or unknown) for `user_id`. `files`
+    are `sys.files`: File objects, paths, http(s) URLs. Environment variables
+    come from `environ` (default: the process's FIRSTGATE_ENV_<NAME>), then
+    `env_file_values`, then the DSL."""
 
     query: str | None = None
     conversation_id: str | None = None
     user_id: str = DEFAULT_USER
-    files: Sequence[Any] = ()  # sys.files: File objects, paths, URLs
-    store: Store | None = None
-    environ: Mapping[str, str] | None = None  # default: the process environment
+    files: Sequence[Any] = ()
+    environ: Mapping[str, str] | None = None
     env_file_values: Mapping[str, str] | None = None
-    turn_wait_s: float = DEFAULT_TURN_WAIT_S
+    limits: RunLimits = RunLimits()
+    max_workers: int = 16  # node attempts running at once on worker threads
+    turn_wait_s: float = DEFAULT_TURN_WAIT_S  # for an earlier turn of the conversation
     run_id: str | None = None
     task_id: str | None = None  # given when the run was queued before it started (serve's workers)
+    # Whether the run is recorded in the store (a workflow tool's inner run is
+    # part of its outer run's record).
+    recorded: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +137,11 @@ class RunSession:
         environment: dict[str, Any],
         redactor: Redactor,
         turn: Turn | None,
+        store: Store | None = None,
     ) -> None:
         self.workflow = workflow
         self.options = options
+        self.store = store
         self.info = info
         self.environment = environment
         self.redactor = redactor
@@ -182,7 +196,7 @@ class RunSession:
         a dropped connection) the run is recorded again as failed, its text made
         storable, and StoreError says so; the conversation is released either way.
         """
-        store = self.options.store
+        store = self.store
         run = self._run_record(summary)
         if self.turn is None:
             if store is not None:
@@ -311,17 +325,19 @@ def _file_record(variable: str, file: File) -> FileRecord:
     )
 
 
-def open_session(workflow: SessionApp, options: RunOptions, *, lease_seconds: float) -> RunSession:
-    """Resolve the environment, take the conversation (chatflows), build the ids."""
+def open_session(
+    workflow: SessionApp, options: RunOptions, *, store: Store | None, lease_seconds: float
+) -> RunSession:
+    """Resolve the environment, take the conversation (chatflows, from `store`), build the ids."""
     environment, redactor = resolve(
         workflow.environment_variables, options.environ, options.env_file_values
     )
     chat = workflow.mode == CHAT_MODE
     conversation_id = (options.conversation_id or str(uuid.uuid4())) if chat else None
     turn: Turn | None = None
-    if chat and options.store is not None:
+    if chat and store is not None:
         assert conversation_id is not None
-        turn = options.store.begin_turn(
+        turn = store.begin_turn(
             conversation_id,
             app_id=workflow.app_id,
             user_id=options.user_id,
@@ -341,5 +357,11 @@ def open_session(workflow: SessionApp, options: RunOptions, *, lease_seconds: fl
         message_id=str(uuid.uuid4()) if chat else None,
     )
     return RunSession(
-        workflow, options, info=info, environment=environment, redactor=redactor, turn=turn
+        workflow,
+        options,
+        info=info,
+        environment=environment,
+        redactor=redactor,
+        turn=turn,
+        store=store,
     )

@@ -2,10 +2,11 @@
 the runtime settings (`tools.workflow_providers: {ID: {file: FLOW.yml}}`),
 run as a tool with the tool's arguments as its start inputs.
 
-The inner run shares the outer run's model routes, code executor and
-settings; it has the tool's time bound as its run time limit, stops when the
-outer run stops, and has no conversation of its own (a chatflow cannot be a
-tool). Workflows calling workflows nest at most `MAX_DEPTH` deep (Dify's
+The inner run runs on the outer run's resources (model routes, code executor,
+settings, loader: `runtime.resources.RunResources`, passed on, never closed
+here); it has the tool's time bound as its run time limit, stops when the
+outer run stops, is not recorded on its own (it is part of the outer run's
+record) and has no conversation of its own (a chatflow cannot be a tool). Workflows calling workflows nest at most `MAX_DEPTH` deep (Dify's
 `WORKFLOW_CALL_MAX_DEPTH`). Its outputs come back as Dify's workflow tool
 gives them: the file outputs as files, the rest as one JSON object, also as
 its text.
@@ -24,12 +25,10 @@ from firstgate.common.cancel import Cancellable
 from firstgate.connectors.tool_messages import ToolCancelledError, ToolError, ToolTimeoutError
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.execution.limits import RunLimits
-from firstgate.runtime.models.route_clients import RouteClients, SharedClients
+from firstgate.runtime.execution.session import RunOptions
 
 if TYPE_CHECKING:
-    from firstgate.nodes.base import Clients
     from firstgate.runtime.settings import RuntimeSettings
-    from firstgate.sandbox.executor import CodeExecutor
 
 
 class InnerRun(Protocol):
@@ -46,14 +45,21 @@ class ToolWorkflow(Protocol):
     @property
     def chat(self) -> bool: ...
 
-    def llm_providers(self) -> set[str]: ...
-
-    def run(self, inputs: Mapping[str, Any], **options: Any) -> InnerRun: ...
+    def run(self, inputs: Mapping[str, Any], options: RunOptions, resources: Any) -> InnerRun: ...
 
 
-# Loads a workflow file with the runtime settings (runtime.loader.load_workflow,
-# handed down by the loader so that this module does not import it back).
+# Loads a workflow file with the runtime settings (runtime.workflow.load_workflow,
+# carried by the run's resources so that this module does not import it back).
 Loader = Callable[..., ToolWorkflow]
+
+
+class OuterResources(Protocol):
+    """What a workflow tool reads of its outer run's resources
+    (runtime.resources.RunResources), which it passes on whole to the inner run."""
+
+    @property
+    def settings(self) -> RuntimeSettings | None: ...
+
 
 MAX_DEPTH = 5
 # How deep the workflow being run is in workflow-tool calls (0: the outer run).
@@ -63,17 +69,10 @@ _DEPTH: ContextVar[int] = ContextVar("firstgate_workflow_tool_depth", default=0)
 class WorkflowTools:
     """Runs the workflow tools of one outer run (it is on that run's connectors)."""
 
-    def __init__(
-        self,
-        settings: RuntimeSettings | None,
-        clients: Clients | None,
-        code_executor: CodeExecutor | None,
-        load: Loader,
-    ) -> None:
+    def __init__(self, resources: OuterResources, load: Loader) -> None:
+        self.resources = resources
         self.load = load
-        self.settings = settings
-        self.clients = clients
-        self.code_executor = code_executor
+        self.settings = resources.settings
         self._loaded: dict[str, ToolWorkflow] = {}
         self._lock = threading.Lock()
 
@@ -107,13 +106,8 @@ class WorkflowTools:
         workflow = self._workflow(provider_id)
         token = _DEPTH.set(depth)  # copied into the inner run's workers with their context
         try:
-            inner = workflow.run(
-                dict(inputs),
-                settings=self.settings,
-                clients=self._lend_clients(workflow),
-                code_executor=self.code_executor,
-                limits=RunLimits(max_run_seconds=timeout_s),
-            )
+            options = RunOptions(limits=RunLimits(max_run_seconds=timeout_s), recorded=False)
+            inner = workflow.run(dict(inputs), options, self.resources)
             attach = (
                 cancel.attached(inner.abort) if cancel is not None else contextlib.nullcontext()
             )
@@ -131,19 +125,6 @@ class WorkflowTools:
             _DEPTH.reset(token)
         # The run's own values (file objects), not the event's serialized copy.
         return _outputs(final, inner.outputs, provider_id, timeout_s, cancel)
-
-    def _lend_clients(self, workflow: ToolWorkflow) -> Any:
-        """The outer run's model routes for the inner run, which must not close
-        them (the outer run calls models after the tool too); the routes the
-        inner workflow adds are checked, and the embedded server started if it
-        needs it, as its own run would."""
-        if not isinstance(self.clients, RouteClients):
-            return self.clients  # an embedder's own clients, or none: the run builds routes
-        providers = workflow.llm_providers()
-        self.clients.routes.check(providers)
-        if self.clients.needs_local(providers):
-            self.clients.start_local()
-        return SharedClients(self.clients)
 
 
 def _outputs(

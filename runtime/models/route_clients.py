@@ -16,7 +16,7 @@ from firstgate.plugin_daemon_client.fallback import (
     FallbackEvent,
     FallbackPolicy,
 )
-from firstgate.plugin_daemon_client.plan import Clients, RoutePlan, RouteTarget, plan_for
+from firstgate.plugin_daemon_client.plan import RoutePlan, RouteTarget
 from firstgate.plugin_daemon_client.probes import DEFAULT_PROBE_TIMEOUT_S, make_probe
 from firstgate.plugin_daemon_client.protocols import OpenAICompatible
 from firstgate.runtime.models.breakers import RouteBreakers, shared_breakers
@@ -158,15 +158,3 @@ class RouteClients:
 
     def close(self) -> None:
         self._stack.close()
-
-
-class SharedClients:
-    """Model routes lent to runs that do not own them (serve's runs share the
-    process's routes; a workflow tool's run shares the outer run's). A run's
-    engine closes the `RouteClients` it is given, never these."""
-
-    def __init__(self, clients: Clients) -> None:
-        self._clients = clients
-
-    def plan_for(self, provider: str) -> RoutePlan:
-        return plan_for(self._clients, provider)

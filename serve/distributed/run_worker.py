@@ -53,8 +53,8 @@ def run_worker(
         distributed=distributed,
         locale=locale,
     )
-    resources = open_resources(config, apps)
-    celery, runtime = build_worker(apps, resources.launcher, distributed, locale)
+    launcher = open_resources(config, apps)
+    celery, runtime = build_worker(apps, launcher, distributed, locale)
 
     def ready(**_: Any) -> None:
         print(
@@ -93,4 +93,4 @@ def run_worker(
         return int(worker.exitcode or 0)
     finally:
         runtime.stop_background()
-        resources.close()
+        launcher.close()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from firstgate.connectors.local_index import LocalIndex
-from firstgate.runtime import load_workflow
+from firstgate.runtime import RunOptions, RunResources, load_workflow
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.store import open_store
 
@@ -47,13 +47,11 @@ def test_a_chat_app_holds_a_conversation(llama_server: Any, tmp_path: Path) -> N
     workflow = load_workflow(CORPUS / "easy_chat.yml", settings=chosen)
     store = open_store(tmp_path / "state.db")
     inputs = {"name": "Ada", "season": "winter"}
-    first = list(workflow.run(inputs, query="Where is it warm?", settings=chosen, store=store))
-    conversation = first[0].run.conversation_id
-    second = list(
-        workflow.run(
-            inputs, query="Thanks!", conversation_id=conversation, settings=chosen, store=store
-        )
-    )
+    with RunResources.open(chosen, store=store, loader=load_workflow) as resources:
+        first = list(workflow.run(inputs, RunOptions(query="Where is it warm?"), resources))
+        conversation = first[0].run.conversation_id
+        again = RunOptions(query="Thanks!", conversation_id=conversation)
+        second = list(workflow.run(inputs, again, resources))
     for events in (first, second):
         assert final(events).status == "succeeded"
         assert answer(events).strip()
@@ -64,7 +62,8 @@ def test_a_chat_app_holds_a_conversation(llama_server: Any, tmp_path: Path) -> N
 
 def test_an_agent_chat_app_answers(llama_server: Any) -> None:
     workflow = load_workflow(CORPUS / "easy_agent_chat.yml")
-    events = list(workflow.run({}, query="What time is it?", settings=settings(llama_server)))
+    asked = RunOptions(query="What time is it?")
+    events = list(workflow.run({}, asked, settings=settings(llama_server)))
     assert final(events).status == "succeeded"
     assert answer(events).strip()
     assert events[-1].to_dict()["event"] == "message_end"

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from firstgate.connectors.local_index import LocalIndex
-from firstgate.runtime import load_workflow
-from firstgate.runtime.dsl.problems import DslError
+from firstgate.runtime import DslError, RunOptions, RunResources, load_workflow
 from firstgate.runtime.loader import read_document
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.store import open_store
@@ -69,8 +68,9 @@ def turn(
     workflow: Any, settings: RuntimeSettings, query: str, store: Any, inputs: Any = None
 ) -> list[dict]:
     given = INPUTS if inputs is None else inputs
-    run = workflow.run(given, query=query, conversation_id="c1", settings=settings, store=store)
-    return [e.to_dict() for e in run]
+    with RunResources.open(settings, store=store, loader=load_workflow) as resources:
+        run = workflow.run(given, RunOptions(query=query, conversation_id="c1"), resources)
+        return [e.to_dict() for e in run]
 
 
 def messages(request: fake.RecordedRequest) -> list[dict[str, Any]]:
@@ -175,7 +175,7 @@ def test_keyword_moderation_answers_with_the_preset_response(tmp_path: Path, ind
         assert len(server.requests) == 1
         # An input value counts too (the form's text inputs).
         workflow_inputs = {**INPUTS, "notes": "we smuggle cheese"}
-        run = workflow.run(workflow_inputs, query="hello", settings=settings)
+        run = workflow.run(workflow_inputs, RunOptions(query="hello"), settings=settings)
         assert answer_of([e.to_dict() for e in run]) == "I cannot help with that."
 
 
@@ -207,7 +207,9 @@ def test_simple_prompt_on_a_completion_model_in_a_chat_app(tmp_path: Path) -> No
     server = fake.FakeLLMServer([fake.tokens(["Yes."])])
     with server:
         settings = settings_of(server)
-        run = load_workflow(raw, settings=settings).run({}, query="Pool?", settings=settings)
+        run = load_workflow(raw, settings=settings).run(
+            {}, RunOptions(query="Pool?"), settings=settings
+        )
         list(run)
     ((message,), body) = messages(server.requests[0]), server.requests[0].json()
     text = message["content"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import load_workflow
+from firstgate.runtime import RunOptions, RunResources, load_workflow
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
@@ -33,10 +33,9 @@ def turn(
     store: Any, server: fake.FakeLLMServer, query: str, conversation: str | None = None, **kw: Any
 ) -> list[ev.Event]:
     workflow = load_workflow(FLOWS / "chat_counter.yml")
-    run = workflow.run(
-        query=query, conversation_id=conversation, store=store, settings=settings(server), **kw
-    )
-    return list(run)
+    options = RunOptions(query=query, conversation_id=conversation, **kw)
+    with RunResources.open(settings(server), store=store) as resources:
+        return list(workflow.run({}, options, resources))
 
 
 def answer_of(events: list[ev.Event]) -> str:
@@ -152,20 +151,20 @@ def test_concurrent_turns_of_one_conversation_lose_no_write(tmp_path: Path) -> N
 def test_a_conversation_of_another_user_is_refused(tmp_path: Path) -> None:
     store = open_store(tmp_path / "state.db")
     with fake.FakeLLMServer(fake.tokens(["ok"])) as server:
-        conversation = turn(store, server, "hi", user="alice")[0].run.conversation_id
+        conversation = turn(store, server, "hi", user_id="alice")[0].run.conversation_id
         with pytest.raises(StoreError) as refused:
-            turn(store, server, "hi", conversation, user="mallory")
+            turn(store, server, "hi", conversation, user_id="mallory")
     assert refused.value.message_key == "errors.store.foreignConversation"
 
 
 def test_system_variables_of_a_chat_turn(tmp_path: Path) -> None:
     store = open_store(tmp_path / "state.db")
     workflow = load_workflow(FLOWS / "system_variables.yml")
-    first = list(workflow.run(query="hi there", user="u-42", store=store))
-    conversation = first[0].run.conversation_id
-    second = list(
-        workflow.run(query="again", conversation_id=conversation, user="u-42", store=store)
-    )
+    with RunResources.open(store=store) as resources:
+        first = list(workflow.run({}, RunOptions(query="hi there", user_id="u-42"), resources))
+        conversation = first[0].run.conversation_id
+        options = RunOptions(query="again", conversation_id=conversation, user_id="u-42")
+        second = list(workflow.run({}, options, resources))
     info = second[0].run
     lines = dict(line.split("=", 1) for line in answer_of(second).splitlines())
     assert lines == {
@@ -185,7 +184,7 @@ def test_system_variables_of_a_chat_turn(tmp_path: Path) -> None:
 
 def test_a_chat_turn_without_a_store_is_a_conversation_of_one_turn() -> None:
     workflow = load_workflow(FLOWS / "system_variables.yml")
-    events = list(workflow.run(query="solo"))
+    events = list(workflow.run({}, RunOptions(query="solo")))
     assert "dialogue_count=0" in answer_of(events)
     assert events[0].run.conversation_id
 
@@ -221,12 +220,14 @@ def test_vision_sends_images_with_the_last_user_message(tmp_path: Path) -> None:
     with fake.FakeLLMServer(fake.tokens(["a cat"])) as server:
         with_image = list(
             workflow.run(
-                query="what is this?",
-                files=[str(picture), "https://example.com/dog.jpg"],
+                {},
+                RunOptions(
+                    query="what is this?", files=[str(picture), "https://example.com/dog.jpg"]
+                ),
                 settings=settings(server),
             )
         )
-        plain = list(workflow.run(query="hello", settings=settings(server)))
+        plain = list(workflow.run({}, RunOptions(query="hello"), settings=settings(server)))
         first, second = (r.json()["messages"] for r in server.requests)
     assert answer_of(with_image) == "a cat"
     assert first[0] == {"role": "system", "content": "Describe pictures."}

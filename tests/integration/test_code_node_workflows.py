@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import DslError, load_workflow
+from firstgate.runtime import DslError, RunResources, load_workflow
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.sandbox.process_pool import ProcessSandbox
@@ -64,7 +64,8 @@ def flow(
 
 
 def run(document: Any, inputs: dict[str, Any], pool: ProcessSandbox) -> list[ev.Event]:
-    return list(load_workflow(document).run(inputs, code_executor=pool))
+    with RunResources.open(code_executor=pool) as resources:
+        return list(load_workflow(document).run(inputs, resources=resources))
 
 
 def final(events: list[ev.Event]) -> ev.WorkflowFinished:
@@ -99,7 +100,7 @@ def test_compact_template_fixture_renders_without_starting_the_sandbox() -> None
     events = list(run_)
     assert isinstance(final(events), ev.WorkflowSucceeded)
     assert final(events).outputs == {"said": "Greetings, Ada."}
-    assert not run_.code_executor._started  # type: ignore[union-attr]
+    assert not run_.resources.code_executor._started  # type: ignore[union-attr]
 
 
 def test_code_chain_passes_typed_values_between_python_and_javascript(pool: ProcessSandbox) -> None:
@@ -263,13 +264,14 @@ def test_abort_stops_a_running_code_node_at_once(pool: ProcessSandbox) -> None:
         [code_node("slow", "import time\ndef main():\n    time.sleep(60)\n", {"x": "string"})],
         [edge("start", "slow")],
     )
-    workflow_run = load_workflow(document).run({}, code_executor=pool)
     events: list[ev.Event] = []
-    for event in workflow_run:
-        events.append(event)
-        if isinstance(event, ev.NodeStarted) and event.node_id == "slow":
-            threading.Timer(0.2, workflow_run.abort).start()
-            started = time.monotonic()
+    with RunResources.open(code_executor=pool) as resources:
+        workflow_run = load_workflow(document).run({}, resources=resources)
+        for event in workflow_run:
+            events.append(event)
+            if isinstance(event, ev.NodeStarted) and event.node_id == "slow":
+                threading.Timer(0.2, workflow_run.abort).start()
+                started = time.monotonic()
     assert isinstance(final(events), ev.WorkflowStopped)
     assert time.monotonic() - started < 30  # not the 60 s sleep
     assert pool.execute("python3", "def main():\n    return {'ok': 1}\n", {}) == {"ok": 1}
@@ -330,7 +332,7 @@ def test_settings_section_configures_the_run_owned_executor() -> None:
         [edge("start", "c")],
     )
     run_ = load_workflow(document).run({}, settings=settings)
-    executor = run_.code_executor
+    executor = run_.resources.code_executor
     events = list(run_)
     (exception,) = [e for e in events if isinstance(e, ev.NodeException)]
     assert "longer than the limit of 5" in exception.error_message
@@ -374,7 +376,7 @@ def test_the_run_warms_its_executor_up_before_the_first_code_node() -> None:
     run_ = load_workflow(document).run(
         {}, settings=RuntimeSettings.model_validate({"code_executor": {"workers": 1}})
     )
-    executor = run_.code_executor
+    executor = run_.resources.code_executor
     events = []
     for event in run_:
         events.append(event)
@@ -394,4 +396,4 @@ def test_a_run_without_code_nodes_starts_no_process() -> None:
     run_ = load_workflow(document).run({})
     events = list(run_)
     assert isinstance(final(events), ev.WorkflowSucceeded)
-    assert not run_.code_executor._started  # type: ignore[union-attr]
+    assert not run_.resources.code_executor._started  # type: ignore[union-attr]

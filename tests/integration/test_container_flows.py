@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import load_workflow
+from firstgate.runtime import RunOptions, RunResources, load_workflow
 from firstgate.runtime.execution import events as ev
 from firstgate.sandbox.process_pool import ProcessSandbox
 from firstgate.store import open_store
@@ -28,8 +28,17 @@ def pool() -> Iterator[ProcessSandbox]:
         yield started
 
 
-def run_flow(name: str, inputs: dict[str, Any] | None = None, **kw: Any) -> list[ev.Event]:
-    return list(load_workflow(FLOWS / f"{name}.yml").run(inputs or {}, **kw))
+def run_flow(
+    name: str,
+    inputs: dict[str, Any] | None = None,
+    *,
+    code_executor: Any = None,
+    store: Any = None,
+    **options: Any,
+) -> list[ev.Event]:
+    workflow = load_workflow(FLOWS / f"{name}.yml")
+    with RunResources.open(code_executor=code_executor, store=store) as resources:
+        return list(workflow.run(inputs or {}, RunOptions(**options), resources))
 
 
 def shape(events: list[ev.Event]) -> list[str]:
@@ -134,7 +143,8 @@ def test_an_iteration_formats_each_number(pool: ProcessSandbox) -> None:
 def test_a_parallel_iteration_keeps_the_items_order_run_after_run(pool: ProcessSandbox) -> None:
     workflow = load_workflow(FLOWS / "iteration_formats_numbers_parallel.yml")
     for _ in range(5):
-        events = list(workflow.run({}, code_executor=pool))
+        with RunResources.open(code_executor=pool) as resources:
+            events = list(workflow.run({}, resources=resources))
         assert final(events).outputs == EXPECTED_FORMATTED
         # The three rounds start at once (parallel_nums 10): three `next` before any node.
         kinds = [type(e) for e in events if isinstance(e, ev.ContainerNext | ev.NodeStarted)]

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from firstgate.runtime import RunLimits, load_workflow
+from firstgate.runtime import RunLimits, RunOptions, load_workflow
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
@@ -430,7 +430,7 @@ def test_the_step_limit_counts_the_rounds_nodes() -> None:
         [edge("itstart", "up")],
         ["up", "output"],
     )
-    events = list(load_workflow(doc).run({}, limits=RunLimits(max_steps=4)))
+    events = list(load_workflow(doc).run({}, RunOptions(limits=RunLimits(max_steps=4))))
     done = final(events)
     assert isinstance(done, ev.WorkflowFailed)
     assert done.error_type == "LimitExceededError"
@@ -649,7 +649,7 @@ def test_an_answer_in_a_round_waits_for_the_assigner_that_writes_what_it_shows()
         conversation={"words": ("array[string]", list(WORDS)), "said": ("string", "none")},
         mode="advanced-chat",
     )
-    events = list(load_workflow(doc).run({}, query="go"))
+    events = list(load_workflow(doc).run({}, RunOptions(query="go")))
     assert isinstance(final(events), ev.WorkflowSucceeded)
     text = "".join(e.text for e in events if isinstance(e, ev.TextChunk))
     assert text == "".join(f"[{w}]" for w in WORDS)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import load_workflow
+from firstgate.runtime import RunOptions, load_workflow
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
@@ -59,7 +59,7 @@ def run_flow(
 ) -> list[ev.Event]:
     workflow = load_workflow(FLOWS / f"{name}.yml")
     with fake.FakeLLMServer(scenario or fake.routed(_reply)) as server:
-        return list(workflow.run(inputs or {}, settings=settings(server), **kw))
+        return list(workflow.run(inputs or {}, RunOptions(**kw), settings=settings(server)))
 
 
 def shape(events: list[ev.Event]) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from firstgate.runtime import load_workflow
+from firstgate.runtime import RunOptions, RunResources, load_workflow
 from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
@@ -83,7 +83,9 @@ def _settings(server: fake.FakeLLMServer, default: bool = False) -> RuntimeSetti
 def test_an_unconfigured_model_runs_on_the_default_route() -> None:
     workflow = load_workflow(CORPUS / "editor_defaults_chat.yml")
     with fake.FakeLLMServer(fake.tokens(["hi ", "there"])) as server:
-        events = list(workflow.run(query="hello", settings=_settings(server, default=True)))
+        events = list(
+            workflow.run({}, RunOptions(query="hello"), settings=_settings(server, default=True))
+        )
         body = server.requests[0].json()
     assert final(events).outputs == {"answer": "hi there"}
     # The empty system message is dropped; memory adds the query (and the empty files line).
@@ -102,13 +104,12 @@ def test_variables_export_keeps_its_conversation(tmp_path: Path) -> None:
     store = open_store(tmp_path / "state.db")
     workflow = load_workflow(CORPUS / "variables_chat.yml")
     env = {"FIRSTGATE_ENV_service_key": "sk-corpus-1234"}
-    first = list(workflow.run(query="tea", user="ann", store=store, environ=env))
-    conversation = first[0].run.conversation_id
-    second = list(
-        workflow.run(
-            query="cake", conversation_id=conversation, user="ann", store=store, environ=env
-        )
-    )
+    with RunResources.open(store=store) as resources:
+        options = RunOptions(query="tea", user_id="ann", environ=env)
+        first = list(workflow.run({}, options, resources))
+        conversation = first[0].run.conversation_id
+        options = RunOptions(query="cake", conversation_id=conversation, user_id="ann", environ=env)
+        second = list(workflow.run({}, options, resources))
     assert final(first).outputs == {"answer": "Welcome back, ann (visit 2, limit 5): - tea"}
     assert final(second).outputs == {
         "answer": "Welcome back, ann (visit 6, limit 5): - tea\n- cake"

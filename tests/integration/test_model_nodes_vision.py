@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from firstgate.runtime import load_workflow
+from firstgate.runtime import RunOptions, load_workflow
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import load_settings
 
@@ -49,7 +49,11 @@ def run(
         settings_path.write_text(yaml.safe_dump(mf.routes(srv)), encoding="utf-8")
         workflow = load_workflow(flow_path)
         events = list(
-            workflow.run({"q": "what is this?"}, files=files, settings=load_settings(settings_path))
+            workflow.run(
+                {"q": "what is this?"},
+                RunOptions(files=files),
+                settings=load_settings(settings_path),
+            )
         )
         body = json.loads(srv.requests[0].body)
     return events, body

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from firstgate.nodes.templates.jinja import compile_template, render_jinja
-from firstgate.runtime import load_workflow
+from firstgate.runtime import RunResources, load_workflow
 from firstgate.runtime.execution import events as ev
 from firstgate.sandbox.errors import CodeResourceLimitError, CodeTimeoutError
 from firstgate.sandbox.process_pool import ProcessSandbox
@@ -137,7 +137,8 @@ def flow(template: str) -> dict[str, Any]:
 def test_hostile_template_in_a_workflow_takes_the_fail_branch(
     pool: ProcessSandbox, template: str, error_type: str
 ) -> None:
-    events = list(load_workflow(flow(template)).run({}, code_executor=pool))
+    with RunResources.open(code_executor=pool) as resources:
+        events = list(load_workflow(flow(template)).run({}, resources=resources))
     assert isinstance(events[-1], ev.WorkflowPartialSucceeded)
     assert events[-1].outputs == {"r": error_type}
 

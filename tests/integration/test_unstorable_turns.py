@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from firstgate.runtime import load_workflow
+from firstgate.runtime import RunOptions, RunResources, load_workflow
 from firstgate.runtime.execution import events as ev
 from firstgate.store import open_store
 from firstgate.store.base import MESSAGE_ERROR, MESSAGE_NORMAL, Store
@@ -80,9 +80,9 @@ class _Watched:
 
 def _chat(store: Store, query: str, conversation: str | None = None) -> list[ev.Event]:
     workflow = load_workflow(FLOWS / "greeting_around_query.yml")
-    return list(
-        workflow.run(query=query, conversation_id=conversation, store=store, turn_wait_s=WAIT_S)
-    )
+    options = RunOptions(query=query, conversation_id=conversation, turn_wait_s=WAIT_S)
+    with RunResources.open(store=store) as resources:
+        return list(workflow.run({}, options, resources))
 
 
 def _failed_cleanly(events: list[ev.Event]) -> str:
@@ -161,7 +161,8 @@ def test_a_workflow_run_the_store_refuses_is_recorded_failed(store: Store) -> No
     store.db = FailingCommits(store.db, 1)  # type: ignore[attr-defined]
     workflow = load_workflow(FLOWS / "echo_input_to_end.yml")
     names = [v.variable for v in workflow.start_node.data.variables]  # type: ignore[attr-defined]
-    events = list(workflow.run({name: "x" for name in names}, store=store))
+    with RunResources.open(store=store) as resources:
+        events = list(workflow.run({name: "x" for name in names}, resources=resources))
     finished = events[-1]
     assert isinstance(finished, ev.WorkflowFinished) and finished.status == "failed"
     assert finished.error_message == "the run could not be saved in the state database"

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from firstgate.runtime import RunLimits, load_workflow
+from firstgate.runtime import RunLimits, RunOptions, load_workflow
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
@@ -57,7 +57,7 @@ def routes(server: fake.FakeLLMServer) -> RuntimeSettings:
 
 def run_all(document: dict[str, Any], server: fake.FakeLLMServer, **kwargs: Any) -> list[ev.Event]:
     workflow = load_workflow(document)
-    return list(workflow.run({"query": "hi"}, settings=routes(server), **kwargs))
+    return list(workflow.run({"query": "hi"}, RunOptions(**kwargs), settings=routes(server)))
 
 
 def of(events: list[ev.Event], kind: type[ev.Event], node_id: str | None = None) -> list[Any]:

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 import yaml
-from firstgate.runtime import load_workflow
+from firstgate.runtime import RunOptions, RunResources, load_workflow
 from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.execution import events as ev
+from firstgate.store import open_store
 from pydantic import ValidationError
 
 from tests.connect_support import abort_once, chain_flow, node_end, settings
@@ -86,6 +87,23 @@ def test_the_inner_workflow_runs_with_the_arguments_as_inputs(summarize: Path) -
     out = events[-1].outputs
     assert json.loads(out["text"]) == {"summary": "About rivers x 2", "n": 2}
     assert out["json"] == [{"summary": "About rivers x 2", "n": 2}]
+
+
+def test_the_inner_run_shares_the_outer_resources_and_is_not_recorded_apart(
+    summarize: Path, tmp_path: Path
+) -> None:
+    store = open_store(tmp_path / "state.db")
+    recorded: list[str] = []
+    record_run = store.record_run
+    store.record_run = lambda run: (recorded.append(run.id), record_run(run))[-1]  # type: ignore[method-assign]
+    routes_ = routes(wf_summarize=summarize)
+    params = {"topic": {"type": "mixed", "value": "lakes"}}
+    workflow = load_workflow(outer(tool_step(**params)), settings=routes_)
+    with RunResources.open(routes_, store=store, loader=load_workflow) as resources:
+        events = list(workflow.run({}, RunOptions(), resources))
+    assert json.loads(events[-1].outputs["text"])["summary"] == "About lakes x None"
+    assert recorded == [events[-1].run.workflow_run_id]  # the outer run only
+    store.close()
 
 
 def test_without_a_definition_it_is_refused_by_name(summarize: Path) -> None:

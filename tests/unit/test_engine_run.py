@@ -5,14 +5,15 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from firstgate.plugin_daemon_client import LLMChunk, current_gate
-from firstgate.runtime import RunLimits, load_workflow
+from firstgate.runtime import RunLimits, RunOptions, RunResources, load_workflow
 from firstgate.runtime.dsl.graph import EdgeDef
 from firstgate.runtime.execution import events as ev
-from firstgate.runtime.execution.limits import LimitSettingError
+from firstgate.runtime.execution.limits import Deadline, LimitSettingError
 from firstgate.runtime.execution.scheduler import NodeState, Scheduler
 
 Reply = Callable[[list[dict[str, Any]]], Iterator[LLMChunk]]
@@ -91,7 +92,9 @@ def doc(
 def run(
     document: dict[str, Any], clients: FakeClients, inputs: dict[str, Any] | None = None, **kw: Any
 ) -> list[ev.Event]:
-    return list(load_workflow(document).run(inputs or {"q": "hi"}, clients=clients, **kw))
+    workflow = load_workflow(document)
+    with RunResources.open(clients=clients) as resources:
+        return list(workflow.run(inputs or {"q": "hi"}, RunOptions(**kw), resources))
 
 
 def final(events: list[ev.Event]) -> ev.WorkflowFinished:
@@ -368,3 +371,57 @@ def test_run_limits_are_checked_where_they_are_made() -> None:
         with pytest.raises(LimitSettingError):
             RunLimits(max_run_seconds=seconds)  # type: ignore[arg-type]
     assert RunLimits.from_text("7", "0.5") == RunLimits(max_steps=7, max_run_seconds=0.5)
+
+
+def test_a_deadline_is_a_point_on_its_clock() -> None:
+    now = [10.0]
+    deadline = Deadline.after(2.5, clock=lambda: now[0])
+    assert deadline.remaining() == 2.5 and not deadline.passed()
+    now[0] = 13.0
+    assert deadline.remaining() == 0.0 and deadline.passed()
+    never = Deadline.after(None)
+    assert never.remaining() is None and not never.passed()
+    assert Deadline.after(0).at is None  # 0: no time limit
+
+
+def waits_for_cancel(messages: list[dict[str, Any]]) -> Iterator[LLMChunk]:
+    """A model that never answers: it ends only when its gate is cancelled (or after 5 s)."""
+    gate = current_gate()
+    give_up = time.monotonic() + 5
+    while gate is not None and gate.tripped is None and time.monotonic() < give_up:
+        time.sleep(0.01)
+    yield LLMChunk(text="too late")
+
+
+def test_the_time_limit_stops_a_run_waiting_on_a_worker_node() -> None:
+    document = doc([llm("llm")], [edge("start", "llm")])
+    started_at = time.monotonic()
+    events = run(document, FakeClients(waits_for_cancel), limits=RunLimits(max_run_seconds=0.3))
+    assert time.monotonic() - started_at < 2.0
+    done = final(events)
+    assert isinstance(done, ev.WorkflowFailed) and done.error_type == "LimitExceededError"
+
+
+def test_the_time_limit_stops_a_run_of_inline_nodes_that_never_waits() -> None:
+    # Every node runs on the dispatcher: the run never waits for a worker's event.
+    length = 2000
+    nodes = [node(f"t{i}", "template-transform", template=f"{i}") for i in range(length)]
+    edges = [edge("start" if i == 0 else f"t{i - 1}", f"t{i}") for i in range(length)]
+    limits = RunLimits(max_steps=10 * length, max_run_seconds=0.005)
+    events = run(doc(nodes, edges), FakeClients(), limits=limits)
+    done = final(events)
+    assert isinstance(done, ev.WorkflowFailed) and done.error_type == "LimitExceededError"
+    assert done.total_steps < length
+
+
+def test_no_timer_threads_in_production_code() -> None:
+    # Deadlines are points on a clock that a wait is bounded by, not threads.
+    root = Path(__file__).resolve().parents[2]
+    found = [
+        f"{path.relative_to(root)}"
+        for path in root.rglob("*.py")
+        if ".venv" not in path.parts
+        and path.relative_to(root).parts[0] not in ("tests", "bench")
+        and "threading.Timer" in path.read_text(encoding="utf-8")
+    ]
+    assert not found

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from firstgate.common.cancel import CancelToken
 from firstgate.nodes.templates import jinja
-from firstgate.runtime import RunLimits, load_workflow
+from firstgate.runtime import RunLimits, RunOptions, load_workflow
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.execution.variable_pool import VariablePool
 
@@ -91,7 +91,9 @@ def test_a_template_the_dispatcher_cannot_render_moves_to_a_worker() -> None:
     # 3,000 inner loops (about 15 ms) run past the dispatcher's budget (2 ms),
     # not past a worker's (50 ms).
     heavy = "{% for i in range(3000) %}{% for j in range(10) %}{% endfor %}{% endfor %}done"
-    run = load_workflow(chain(2, ["{{ 1 }}", heavy])).run({}, limits=RunLimits(max_run_seconds=60))
+    run = load_workflow(chain(2, ["{{ 1 }}", heavy])).run(
+        {}, RunOptions(limits=RunLimits(max_run_seconds=60))
+    )
     events = list(run)
     outputs = [e.outputs for e in events if isinstance(e, ev.NodeSucceeded) and e.node_id == "t1"]
     assert outputs == [{"output": "done"}]

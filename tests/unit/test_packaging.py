@@ -74,4 +74,4 @@ def test_the_top_level_names_load_lazily(tmp_path: Path) -> None:
         timeout=120,
         check=True,
     )
-    assert done.stdout.split() == ["firstgate.runtime.loader", "firstgate.store"]
+    assert done.stdout.split() == ["firstgate.runtime.workflow", "firstgate.store"]
