@@ -296,10 +296,13 @@ class WorkflowRun:
             yield from self._on_chunk(item)
             return
         event = item.event
-        yield event
-        if isinstance(event, ev.NodeRetry) or (
+        retried = isinstance(event, ev.NodeRetry) or (
             isinstance(event, ev.NodeFallback) and event.kind == "swap"
-        ):
+        )
+        if retried:  # what the attempt streamed and redaction held back goes out first
+            yield from self.report.flush_text(item.execution.node.id)
+        yield event
+        if retried:
             # Text of the failed attempt (or failed fallback target) not yet
             # shown never will be: the next one replaces it.
             if frame.streamer is not None:
@@ -319,7 +322,7 @@ class WorkflowRun:
 
     def _pieces(self, frame: Frame, pieces: list[Piece]) -> Iterator[ev.Event]:
         for piece in pieces:
-            yield self.report.text(frame, piece)
+            yield from self.report.text(frame, piece)
 
     # ---- a node execution ends
 
@@ -356,6 +359,7 @@ class WorkflowRun:
         if frame.streamer is not None:
             pieces = frame.streamer.on_node_done(node.id, step.taken, step.skipped)
             yield from self._pieces(frame, pieces)
+        yield from self.report.flush_text(node.id)
         if not container_end:
             yield self.report.node_ended(execution, outcome)
         if node.spec.role is Role.RESPONSE and outcome.status is Status.SUCCEEDED:

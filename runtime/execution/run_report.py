@@ -28,7 +28,7 @@ from firstgate.plugin_daemon_client.gate import WaitInfo
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.execution.error_handler import Outcome, Status, error_type
 from firstgate.runtime.execution.frames import ContainerExecution, Execution, Frame
-from firstgate.runtime.execution.redaction import Redactor
+from firstgate.runtime.execution.redaction import Redactor, StreamRedaction
 from firstgate.runtime.execution.response_stream import Piece
 from firstgate.runtime.execution.session import RunSession, RunSummary
 from firstgate.store.base import NodeExecutionRecord
@@ -60,6 +60,8 @@ class RunReport:
         self.info = info
         self.inputs = inputs
         self._redact = redactor
+        self._streams = StreamRedaction(redactor)
+        self._pending: dict[tuple[str, str | None, int | None], tuple[Frame, Piece]] = {}
         self._show_resources = show_retriever_resources
         self._clock = clock
         self._t0 = clock()
@@ -157,9 +159,40 @@ class RunReport:
             **self._common(),
         )
 
-    def text(self, frame: Frame, piece: Piece) -> ev.TextChunk:
-        """A piece a response node streams; it is part of the answer."""
-        text = self._redact.text(piece.text)
+    def text(self, frame: Frame, piece: Piece) -> list[ev.TextChunk]:
+        """A piece a response node streams; it is part of the answer. With secrets
+        to keep out, the end of a streamed piece may wait for the next one (a
+        secret cut in two by a chunk boundary is masked whole): `flush_text`."""
+        key = (piece.response_id, piece.source, piece.attempt)
+        # The response moved on to another source or attempt: what it held goes first.
+        out = [
+            chunk
+            for held in self._streams.holding()
+            if held[0] == key[0] and held != key
+            for chunk in self._flush(held)
+        ]
+        text = self._streams.feed(key, piece.text)
+        self._pending[key] = (frame, piece)
+        if text:
+            out.append(self._chunk(frame, piece, text))
+        return out
+
+    def flush_text(self, node_id: str | None = None) -> list[ev.TextChunk]:
+        """What the streams of `node_id` (as the response node or its source) held
+        back, once it is done or retried; every stream's, with None (the run's end)."""
+        return [
+            chunk
+            for key in self._streams.holding()
+            if node_id is None or node_id in key[:2]
+            for chunk in self._flush(key)
+        ]
+
+    def _flush(self, key: tuple[str, str | None, int | None]) -> list[ev.TextChunk]:
+        frame, piece = self._pending.pop(key)
+        text = self._streams.flush(key)
+        return [self._chunk(frame, piece, text)] if text else []
+
+    def _chunk(self, frame: Frame, piece: Piece, text: str) -> ev.TextChunk:
         self.answer += text
         streamed = piece.attempt is not None and piece.source is not None
         return ev.TextChunk(
@@ -372,11 +405,13 @@ class RunReport:
     ) -> Iterator[ev.Event]:
         """Record the run (`record`, the session's), then its end (and the chat turn's).
         A run that cannot be recorded has failed."""
+        held = self.flush_text()  # the answer's last characters, before it is recorded
         try:
             record(self.summary(terminal))
         except Exception as exc:  # noqa: BLE001 - reported as the run's failure
             if terminal.status != "failed":
                 terminal = self.failed(exc)
+        yield from held
         yield terminal
         if not self.info.chat:
             return

@@ -172,7 +172,8 @@ def test_secrets_never_reach_an_event() -> None:
     )
     events: list[ev.Event] = [
         r.started(),
-        r.text(e.frame, piece),
+        *r.text(e.frame, piece),
+        *r.flush_text(),
         r.waiting(e, 1, wait, None),
         r.fallback(e, 1, fallback),
         r.agent_log(e, log),
@@ -239,6 +240,7 @@ def test_the_end_records_the_summary_then_reports_the_turn() -> None:
     r.next_index()
     r.wrote("topic", "cats")
     r.text(frame(), Piece("end", "hello", ("end", "answer")))
+    r.flush_text("end")  # as the engine does when the response node is done
     recorded: list[RunSummary] = []
     events = list(r.ended(r.succeeded(), recorded.append))
     assert [e.name for e in events] == ["workflow_finished", "message_end"]
@@ -276,3 +278,19 @@ def test_message_end_lists_the_knowledge_used_when_the_app_shows_it(shown: bool)
     assert isinstance(end, ev.MessageEnd)
     expected = [{"document_name": "a", "position": 1}, {"document_name": "b", "position": 2}]
     assert end.retriever_resources == (expected if shown else [])
+
+
+def test_a_secret_streamed_in_pieces_is_masked_whole() -> None:
+    r = report(chat=True)
+    f = frame()
+    said = f"key: {SECRET}!"
+    chunks = [
+        chunk
+        for i in range(0, len(said), 3)
+        for chunk in r.text(f, Piece("end", said[i : i + 3], ("llm", "text"), "llm", 1))
+    ]
+    assert all(SECRET[:6] not in c.text for c in chunks)
+    held = r.flush_text("llm")  # the source node is done: what was held goes out
+    text = "".join(c.text for c in [*chunks, *held])
+    assert text == "key: ***!" and r.answer == text
+    assert r.flush_text() == []  # nothing twice
