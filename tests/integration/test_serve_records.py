@@ -69,7 +69,7 @@ def _run(server: Server, user: str, topic: str) -> dict:
 def test_workflow_logs_filter_by_status_keyword_time_and_page(server: Server) -> None:
     marker = f"k{time.time_ns()}"
     start = time.time()
-    runs = [_run(server, "logger", f"{marker} fox {i}") for i in range(3)]
+    runs = [_run(server, "logger", f"{marker.upper()} fox {i}") for i in range(3)]
     with server.key_client("story") as http:
         every = http.get("/v1/workflows/logs", params={"keyword": marker}).json()
         assert every["total"] == 3 and every["page"] == 1 and every["has_more"] is False
@@ -280,6 +280,21 @@ def test_feedback_on_a_message_and_the_apps_feedbacks(server: Server) -> None:
         )
 
 
+def test_deleting_a_conversation_deletes_its_feedback(server: Server) -> None:
+    turn = _chat(server, "deleter", "soon gone")
+    with server.key_client("chat") as http:
+        http.post(
+            f"/v1/messages/{turn['message_id']}/feedbacks",
+            json={"rating": "like", "user": "deleter"},
+        )
+        gone = http.request(
+            "DELETE", f"/v1/conversations/{turn['conversation_id']}", json={"user": "deleter"}
+        )
+        assert gone.status_code == 204
+        listed = http.get("/v1/app/feedbacks", params={"limit": 101}).json()["data"]
+    assert turn["message_id"] not in [f["message_id"] for f in listed]
+
+
 def test_suggested_questions_are_difys_error_when_off(server: Server) -> None:
     mid = _chat(server, "asker", "what next?")["message_id"]
     with server.key_client("chat") as http:
@@ -320,6 +335,7 @@ def test_end_users_are_found_by_the_id_the_logs_give(server: Server) -> None:
         assert found.json()["session_id"] == "someone-seen" and found.json()["id"] == end_user
         _error(http.get("/v1/end-users/00000000-0000-0000-0000-000000000000"), 404, "not_found")
     # The same user id under another app is another end user.
+    _chat(server, "someone-seen", "hello")
     with server.key_client("chat") as http:
         _error(http.get(f"/v1/end-users/{end_user}"), 404, "not_found")
 
