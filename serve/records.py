@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from firstgate.nodes.base import RoutePlanner
 from firstgate.serve import bodies
 from firstgate.serve.apps import App
 from firstgate.serve.errors import (
@@ -25,8 +26,8 @@ from firstgate.serve.errors import (
     not_found,
 )
 from firstgate.serve.file_links import preview_headers
+from firstgate.serve.naming import generate_name
 from firstgate.store.base import ConversationRecord, FeedbackRecord, RunRecord, Store, VariableValue
-from firstgate.store.relational import conversation_name
 from pydantic import Field, field_validator, model_validator
 from werkzeug.wrappers import Request, Response
 
@@ -194,6 +195,7 @@ def _feedback(record: FeedbackRecord) -> dict[str, Any]:
 
 class _HasStore(Protocol):
     store: Store
+    clients: RoutePlanner | None
 
 
 def conversation(record: ConversationRecord) -> dict[str, Any]:
@@ -254,9 +256,9 @@ class RecordsApi:
         body = bodies.validate(RenameBody, bodies.parse_json(bodies.request_body(request)))
         found = self._owned_conversation(app, conversation_id, body.user)
         if body.auto_generate:
-            # Named from the conversation's first query (firstgate asks no model for a title).
+            # A title of the first query, from the app's model (the query when that fails).
             first = self._store.messages(conversation_id)[:1]
-            name = conversation_name(first[0].query) if first else found.name
+            name = generate_name(app, self.context.clients, first[0].query) if first else found.name
         else:
             name = (body.name or "").strip()
         self._store.rename_conversation(conversation_id, name)
