@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 from firstgate.nodes.base import RoutePlanner
 from firstgate.serve import bodies
+from firstgate.serve.app_model import generate_name, suggest_questions
 from firstgate.serve.apps import App
 from firstgate.serve.errors import (
     ApiError,
@@ -26,7 +27,6 @@ from firstgate.serve.errors import (
     not_found,
 )
 from firstgate.serve.file_links import preview_headers
-from firstgate.serve.naming import generate_name
 from firstgate.store.base import ConversationRecord, FeedbackRecord, RunRecord, Store, VariableValue
 from pydantic import Field, field_validator, model_validator
 from werkzeug.wrappers import Request, Response
@@ -385,12 +385,15 @@ class RecordsApi:
         user = request.args.get("user") or ""
         if not user.strip():
             raise invalid_param("serve.error.missingField", field="user")
-        self._owned_message(app, message_id, user)
+        found = self._owned_message(app, message_id, user)
         feature = app.features.get("suggested_questions_after_answer") or {}
         if not feature.get("enabled"):
             raise bad_request("serve.error.suggestedOff")
-        # Dify asks the app's model for three questions; firstgate does not (yet).
-        return _reply({"result": "success", "data": []})
+        # The last turns up to this message, as Dify's memory gives them (3).
+        page, _ = self._store.message_page(found.conversation_id, before_id=message_id, limit=2)
+        turns = [(m.query, m.answer) for m in (*page, found)]
+        questions = suggest_questions(app, self.context.clients, turns)
+        return _reply({"result": "success", "data": questions})
 
     # ---- the site, end users, files
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.postgres_support import fresh_database, postgres_server  # noqa: F401 - fixtures
-from tests.serve_support import KEYS, Server, echo_model, run_sdk, serve
+from tests.serve_support import APPS, KEYS, Server, echo_model, run_sdk, serve
 
 pytestmark = pytest.mark.slow
 
@@ -314,6 +314,31 @@ def test_suggested_questions_are_difys_error_when_off(server: Server) -> None:
             400,
             "not_chat_app",
         )
+
+
+def test_suggested_questions_through_the_apps_model_when_on(tmp_path: Path) -> None:
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    chat = (APPS / "chat.yml").read_text()
+    (apps / "chat.yml").write_text(
+        chat.replace(
+            "  features:\n",
+            "  features:\n    suggested_questions_after_answer: {enabled: true}\n",
+            1,
+        )
+    )
+    with (
+        echo_model() as model,
+        serve(tmp_path, model, apps=apps, keys={"chat": KEYS["chat"]}) as on,
+    ):
+        # The fake model echoes the conversation it was given: the query's array comes back.
+        turn = _chat(on, "asker", '["Where to eat?","When to go?"]')
+        with on.key_client("chat") as http:
+            reply = http.get(
+                f"/v1/messages/{turn['message_id']}/suggested", params={"user": "asker"}
+            )
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {"result": "success", "data": ["Where to eat?", "When to go?"]}
 
 
 # ---- the site, end users, file previews

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 from firstgate.runtime.loader import load_workflow
-from firstgate.serve import naming
+from firstgate.serve import app_model as naming
 
 from tests.serve_support import APPS
 
@@ -44,7 +44,7 @@ def test_the_query_when_the_model_fails_or_there_is_none(
     # `object()` has no routes: planning fails (logged), and the query names the conversation.
     with caplog.at_level("WARNING", logger="firstgate.serve"):
         assert naming.generate_name(chat_app, object(), "plan   it") == "plan it"
-    assert "naming a conversation" in caplog.text
+    assert "asking the app's model" in caplog.text
     caplog.clear()
     # No routes at all is no failure: nothing to log.
     with caplog.at_level("WARNING", logger="firstgate.serve"):
@@ -56,3 +56,16 @@ def test_the_query_when_the_model_fails_or_there_is_none(
         workflow=load_workflow(APPS.parent / "fixtures" / "workflows" / "code_add_one.yml")
     )
     assert naming.app_model(no_model) is None
+
+
+def test_suggested_questions_from_the_models_json_array(
+    chat_app: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turns = [("hi", "hello")]
+    _replying(monkeypatch, 'Sure: ["Where?", "When?", " ", 3, "Why?", "How?"] done')
+    assert naming.suggest_questions(chat_app, object(), turns) == ["Where?", "When?", "Why?"]
+    _replying(monkeypatch, "no array here")
+    assert naming.suggest_questions(chat_app, object(), turns) == []
+    _replying(monkeypatch, "[not json]")
+    assert naming.suggest_questions(chat_app, object(), turns) == []
+    assert naming.suggest_questions(chat_app, None, turns) == []
