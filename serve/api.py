@@ -545,7 +545,14 @@ class ServiceApi(RecordsApi):
             )
         except KeyError:
             raise not_found("serve.error.noFirstMessage") from None
-        return _json({"limit": query.limit, "has_more": more, "data": [message(m) for m in page]})
+        rated = self.context.store.ratings([m.id for m in page])
+        return _json(
+            {
+                "limit": query.limit,
+                "has_more": more,
+                "data": [message(m, rated.get(m.id)) for m in page],
+            }
+        )
 
     def _conversations(self, request: Request, app: App) -> Response:
         if not app.chat:
@@ -651,7 +658,7 @@ def chat_reply(handle: RunHandle, app: App, events: list[dict[str, Any]]) -> dic
     }
 
 
-def message(record: MessageRecord) -> dict[str, Any]:
+def message(record: MessageRecord, rating: str | None = None) -> dict[str, Any]:
     return {
         "id": record.id,
         "conversation_id": record.conversation_id,
@@ -660,7 +667,7 @@ def message(record: MessageRecord) -> dict[str, Any]:
         "query": record.query,
         "answer": record.answer,
         "message_files": [],
-        "feedback": None,
+        "feedback": {"rating": rating} if rating else None,
         "retriever_resources": [],
         "agent_thoughts": [],
         "created_at": int(record.created_at),

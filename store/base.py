@@ -265,6 +265,10 @@ class Store(ABC):
     def feedback(self, message_id: str) -> FeedbackRecord | None: ...
 
     @abstractmethod
+    def ratings(self, message_ids: Sequence[str]) -> dict[str, str]:
+        """The rating of each of these messages that has feedback."""
+
+    @abstractmethod
     def set_feedback(self, feedback: FeedbackRecord) -> None:
         """Write (or replace) the feedback of `feedback.message_id`."""
 

@@ -590,6 +590,17 @@ class RelationalStore(Store):
             ).fetchone()
         return FeedbackRecord(*row) if row else None
 
+    def ratings(self, message_ids: Sequence[str]) -> dict[str, str]:
+        if not message_ids:
+            return {}
+        marks = ", ".join("?" for _ in message_ids)
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT message_id, rating FROM message_feedbacks WHERE message_id IN ({marks})",
+                tuple(message_ids),
+            ).fetchall()
+        return {row[0]: row[1] for row in rows}
+
     def set_feedback(self, feedback: FeedbackRecord) -> None:
         with self.db.transaction() as tx:
             tx.execute(

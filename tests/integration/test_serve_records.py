@@ -243,6 +243,10 @@ def test_feedback_on_a_message_and_the_apps_feedbacks(server: Server) -> None:
         )
         assert liked.status_code == 200 and liked.json() == {"result": "success"}
         listed = http.get("/v1/app/feedbacks").json()["data"]
+        messages = http.get(
+            "/v1/messages", params={"user": "rater", "conversation_id": turn["conversation_id"]}
+        ).json()["data"]
+        assert [m["feedback"] for m in messages] == [{"rating": "like"}]
         mine = [f for f in listed if f["message_id"] == mid]
         assert len(mine) == 1 and mine[0]["rating"] == "like" and mine[0]["content"] == "good"
         assert mine[0]["conversation_id"] == turn["conversation_id"]
