@@ -32,9 +32,10 @@ from firstgate.serve.errors import (
 )
 from firstgate.serve.file_links import FileLinks, preview_headers
 from firstgate.serve.launch import RunRequest
+from firstgate.serve.records import RecordsApi, conversation
 from firstgate.serve.runs import EventSource, RunHandle, Runs
 from firstgate.store.base import ConversationRecord, MessageRecord, RunRecord, Store
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
@@ -43,7 +44,7 @@ log = logging.getLogger("firstgate.serve")
 # A `ping` event after this many seconds without another event (Dify's interval).
 PING_INTERVAL_S = 10.0
 DEFAULT_USER = "DEFAULT-USER"  # Dify's end user when a request names none
-MAX_JSON_BYTES = 4 * MB
+MAX_JSON_BYTES = bodies.MAX_JSON_BYTES
 CONSOLE_DIR = Path(__file__).parent / "console"
 # The console's own words, in the browser's language (Accept-Language).
 CONSOLE_KEYS = (
@@ -117,6 +118,30 @@ def _rules() -> Map:
                 endpoint="delete_conversation",
                 methods=["DELETE"],
             ),
+            Rule(
+                "/v1/conversations/<conversation_id>/name",
+                endpoint="rename_conversation",
+                methods=["POST"],
+            ),
+            Rule(
+                "/v1/conversations/<conversation_id>/variables",
+                endpoint="conversation_variables",
+                methods=["GET"],
+            ),
+            Rule(
+                "/v1/conversations/<conversation_id>/variables/<variable>",
+                endpoint="update_variable",
+                methods=["PUT"],
+            ),
+            Rule("/v1/workflows/logs", endpoint="workflow_logs", methods=["GET"]),
+            Rule("/v1/messages/<message_id>/feedbacks", endpoint="feedback", methods=["POST"]),
+            Rule("/v1/messages/<message_id>/suggested", endpoint="suggested", methods=["GET"]),
+            Rule("/v1/app/feedbacks", endpoint="app_feedbacks", methods=["GET"]),
+            Rule("/v1/site", endpoint="site", methods=["GET"]),
+            Rule("/v1/end-users/<end_user>", endpoint="end_user", methods=["GET"]),
+            Rule("/v1/files/<upload_id>/preview", endpoint="file_preview", methods=["GET"]),
+            Rule("/v1/audio-to-text", endpoint="audio_to_text", methods=["POST"]),
+            Rule("/v1/text-to-audio", endpoint="text_to_audio", methods=["POST"]),
         ],
         strict_slashes=False,
     )
@@ -154,7 +179,7 @@ def sse(event: bytes) -> bytes:
 PING = b"event: ping\n\n"
 
 
-class ServiceApi:
+class ServiceApi(RecordsApi):
     def __init__(self, context: ServeContext) -> None:
         self.context = context
         self.urls = _rules()
@@ -516,7 +541,14 @@ class ServiceApi:
             )
         except KeyError:
             raise not_found("serve.error.noFirstMessage") from None
-        return _json({"limit": query.limit, "has_more": more, "data": [message(m) for m in page]})
+        rated = self.context.store.ratings([m.id for m in page])
+        return _json(
+            {
+                "limit": query.limit,
+                "has_more": more,
+                "data": [message(m, rated.get(m.id)) for m in page],
+            }
+        )
 
     def _conversations(self, request: Request, app: App) -> Response:
         if not app.chat:
@@ -549,12 +581,7 @@ class ServiceApi:
         return Response(status=204)
 
 
-def _body(request: Request) -> bytes:
-    """The JSON body; past MAX_JSON_BYTES, sent with a length or chunked, is 413."""
-    raw = request.get_data()
-    if len(raw) > MAX_JSON_BYTES:
-        raise RequestEntityTooLarge()
-    return raw
+_body = bodies.request_body
 
 
 def _refuse_nul(*pairs: Iterable[tuple[str, str]]) -> None:
@@ -627,7 +654,7 @@ def chat_reply(handle: RunHandle, app: App, events: list[dict[str, Any]]) -> dic
     }
 
 
-def message(record: MessageRecord) -> dict[str, Any]:
+def message(record: MessageRecord, rating: str | None = None) -> dict[str, Any]:
     return {
         "id": record.id,
         "conversation_id": record.conversation_id,
@@ -636,24 +663,12 @@ def message(record: MessageRecord) -> dict[str, Any]:
         "query": record.query,
         "answer": record.answer,
         "message_files": [],
-        "feedback": None,
+        "feedback": {"rating": rating} if rating else None,
         "retriever_resources": [],
         "agent_thoughts": [],
         "created_at": int(record.created_at),
         "status": record.status,
         "error": record.error,
-    }
-
-
-def conversation(record: ConversationRecord) -> dict[str, Any]:
-    return {
-        "id": record.id,
-        "name": record.name,
-        "inputs": record.inputs,
-        "status": "normal",
-        "introduction": "",
-        "created_at": int(record.created_at),
-        "updated_at": int(record.updated_at),
     }
 
 

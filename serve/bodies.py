@@ -9,10 +9,13 @@ import json
 import uuid
 from typing import Any, Literal, TypeVar
 
+from firstgate.common.files import MB
 from firstgate.common.storable_text import is_storable
 from firstgate.common.storable_text import shown as shown_text
 from firstgate.serve.errors import ApiError, invalid_param
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.wrappers import Request
 
 ResponseMode = Literal["blocking", "streaming"]
 
@@ -87,6 +90,15 @@ class MessagesQuery(ListQuery):
 
 
 M = TypeVar("M", bound=BaseModel)
+MAX_JSON_BYTES = 4 * MB
+
+
+def request_body(request: Request) -> bytes:
+    """The JSON body; past MAX_JSON_BYTES, sent with a length or chunked, is 413."""
+    raw = request.get_data()
+    if len(raw) > MAX_JSON_BYTES:
+        raise RequestEntityTooLarge()
+    return raw
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:

@@ -123,6 +123,20 @@ class ConversationRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class FeedbackRecord:
+    """An end user's rating of a message (one per message)."""
+
+    message_id: str
+    app_id: str
+    conversation_id: str
+    user_id: str
+    rating: str  # like | dislike
+    content: str | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class UploadRecord:
     """A file uploaded through the API (`POST /v1/files/upload`), kept on disk at `path`."""
 
@@ -238,7 +252,55 @@ class Store(ABC):
     def variables(self, conversation_id: str) -> dict[str, VariableValue]: ...
 
     @abstractmethod
+    def set_variable(self, conversation_id: str, name: str, value: VariableValue) -> None:
+        """Write one conversation variable (an update through the API)."""
+
+    @abstractmethod
+    def rename_conversation(self, conversation_id: str, name: str) -> None: ...
+
+    @abstractmethod
+    def message(self, message_id: str) -> MessageRecord | None: ...
+
+    @abstractmethod
+    def feedback(self, message_id: str) -> FeedbackRecord | None: ...
+
+    @abstractmethod
+    def ratings(self, message_ids: Sequence[str]) -> dict[str, str]:
+        """The rating of each of these messages that has feedback."""
+
+    @abstractmethod
+    def set_feedback(self, feedback: FeedbackRecord) -> None:
+        """Write (or replace) the feedback of `feedback.message_id`."""
+
+    @abstractmethod
+    def delete_feedback(self, message_id: str) -> bool: ...
+
+    @abstractmethod
+    def feedbacks(self, *, app_id: str, page: int, limit: int) -> list[FeedbackRecord]:
+        """A page (from 1) of an app's feedbacks, the newest first."""
+
+    @abstractmethod
     def run(self, run_id: str) -> RunRecord | None: ...
+
+    @abstractmethod
+    def run_page(
+        self,
+        *,
+        app_id: str,
+        status: str | None,
+        keyword: str | None,
+        created_after: float | None,
+        created_before: float | None,
+        page: int,
+        limit: int,
+    ) -> tuple[list[RunRecord], int]:
+        """A page (from 1) of an app's workflow-mode runs, the newest first, without
+        their node executions and files; and how many runs match in all. `keyword`
+        is looked for, ignoring case, in the inputs, the outputs and the user."""
+
+    @abstractmethod
+    def users(self, app_id: str) -> set[str]:
+        """Every end user the app has seen (runs, conversations, uploads)."""
 
     @abstractmethod
     def add_upload(self, upload: UploadRecord) -> None: ...

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from firstgate.store.base import (
     MESSAGE_NORMAL,
     ConversationRecord,
+    FeedbackRecord,
     FileRecord,
     HistoryTurn,
     MessageRecord,
@@ -353,10 +354,7 @@ class RelationalStore(Store):
     def run(self, run_id: str) -> RunRecord | None:
         with self.db.read() as tx:
             row = tx.execute(
-                "SELECT id, app_id, workflow_id, mode, user_id, status, inputs, outputs, error, "
-                "elapsed_time, total_tokens, total_steps, exceptions_count, created_at, "
-                "finished_at FROM workflow_runs WHERE id = ?",
-                (run_id,),
+                f"SELECT {_RUN_COLUMNS} FROM workflow_runs WHERE id = ?", (run_id,)
             ).fetchone()
             if row is None:
                 return None
@@ -394,25 +392,58 @@ class RelationalStore(Store):
                     (run_id,),
                 ).fetchall()
             ]
-        return RunRecord(
-            id=row[0],
-            app_id=row[1],
-            workflow_id=row[2],
-            mode=row[3],
-            user_id=row[4],
-            status=row[5],
-            inputs=_load(row[6]) or {},
-            outputs=_load(row[7]) or {},
-            error=row[8],
-            elapsed_time=row[9],
-            total_tokens=row[10],
-            total_steps=row[11],
-            exceptions_count=row[12],
-            created_at=row[13],
-            finished_at=row[14],
-            nodes=nodes,
-            files=files,
-        )
+        return _run(row, nodes, files)
+
+    def run_page(
+        self,
+        *,
+        app_id: str,
+        status: str | None,
+        keyword: str | None,
+        created_after: float | None,
+        created_before: float | None,
+        page: int,
+        limit: int,
+    ) -> tuple[list[RunRecord], int]:
+        # Workflow-mode runs only: a chat turn's run is its conversation's.
+        where = "app_id = ? AND conversation_id IS NULL"
+        params: list[Any] = [app_id]
+        if status:
+            where += " AND status = ?"
+            params.append(status)
+        if keyword:
+            pattern = "%" + _like_escaped(keyword.lower()) + "%"
+            where += (
+                " AND (LOWER(inputs) LIKE ? ESCAPE '\\' OR LOWER(outputs) LIKE ? ESCAPE '\\'"
+                " OR LOWER(user_id) LIKE ? ESCAPE '\\')"
+            )
+            params += [pattern, pattern, pattern]
+        if created_after is not None:
+            where += " AND created_at >= ?"
+            params.append(created_after)
+        if created_before is not None:
+            where += " AND created_at <= ?"
+            params.append(created_before)
+        with self.db.read() as tx:
+            (total,) = tx.execute(
+                f"SELECT COUNT(*) FROM workflow_runs WHERE {where}", params
+            ).fetchone() or (0,)
+            rows = tx.execute(
+                f"SELECT {_RUN_COLUMNS} FROM workflow_runs WHERE {where} "
+                "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                (*params, limit, (page - 1) * limit),
+            ).fetchall()
+        return [_run(row, (), ()) for row in rows], int(total)
+
+    def users(self, app_id: str) -> set[str]:
+        with self.db.read() as tx:
+            rows = tx.execute(
+                "SELECT user_id FROM workflow_runs WHERE app_id = ? "
+                "UNION SELECT user_id FROM conversations WHERE app_id = ? "
+                "UNION SELECT user_id FROM uploads WHERE app_id = ?",
+                (app_id, app_id, app_id),
+            ).fetchall()
+        return {row[0] for row in rows}
 
     # ---- conversations and messages
 
@@ -500,6 +531,7 @@ class RelationalStore(Store):
                 return False
             # Children first: not every backend cascades through every path.
             for sql in (
+                "DELETE FROM message_feedbacks WHERE conversation_id = ?",
                 "DELETE FROM messages WHERE conversation_id = ?",
                 "DELETE FROM node_executions WHERE workflow_run_id IN "
                 "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
@@ -521,6 +553,89 @@ class RelationalStore(Store):
                 (conversation_id,),
             ).fetchall()
         return {name: VariableValue(kind, _load(value)) for name, kind, value in rows}
+
+    def set_variable(self, conversation_id: str, name: str, value: VariableValue) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(
+                "INSERT INTO conversation_variables (conversation_id, name, value_type, value, "
+                "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (conversation_id, name) "
+                "DO UPDATE SET value_type = excluded.value_type, value = excluded.value, "
+                "updated_at = excluded.updated_at",
+                (conversation_id, name, value.value_type, _dump(value.value), time.time()),
+            )
+
+    def rename_conversation(self, conversation_id: str, name: str) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(
+                "UPDATE conversations SET name = ?, updated_at = ? WHERE id = ?",
+                (name, time.time(), conversation_id),
+            )
+
+    def message(self, message_id: str) -> MessageRecord | None:
+        with self.db.read() as tx:
+            row = tx.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages m "
+                "JOIN workflow_runs r ON r.id = m.workflow_run_id WHERE m.id = ?",
+                (message_id,),
+            ).fetchone()
+        return _message(row) if row else None
+
+    # ---- feedbacks
+
+    def feedback(self, message_id: str) -> FeedbackRecord | None:
+        with self.db.read() as tx:
+            row = tx.execute(
+                f"SELECT {_FEEDBACK_COLUMNS} FROM message_feedbacks WHERE message_id = ?",
+                (message_id,),
+            ).fetchone()
+        return FeedbackRecord(*row) if row else None
+
+    def ratings(self, message_ids: Sequence[str]) -> dict[str, str]:
+        if not message_ids:
+            return {}
+        marks = ", ".join("?" for _ in message_ids)
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT message_id, rating FROM message_feedbacks WHERE message_id IN ({marks})",
+                tuple(message_ids),
+            ).fetchall()
+        return {row[0]: row[1] for row in rows}
+
+    def set_feedback(self, feedback: FeedbackRecord) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(
+                f"INSERT INTO message_feedbacks ({_FEEDBACK_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (message_id) DO UPDATE SET "
+                "rating = excluded.rating, content = excluded.content, "
+                "updated_at = excluded.updated_at",
+                (
+                    feedback.message_id,
+                    feedback.app_id,
+                    feedback.conversation_id,
+                    feedback.user_id,
+                    feedback.rating,
+                    feedback.content,
+                    feedback.created_at,
+                    feedback.updated_at,
+                ),
+            )
+
+    def delete_feedback(self, message_id: str) -> bool:
+        with self.db.transaction() as tx:
+            found = tx.execute(
+                "SELECT message_id FROM message_feedbacks WHERE message_id = ?", (message_id,)
+            ).fetchone()
+            tx.execute("DELETE FROM message_feedbacks WHERE message_id = ?", (message_id,))
+        return found is not None
+
+    def feedbacks(self, *, app_id: str, page: int, limit: int) -> list[FeedbackRecord]:
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT {_FEEDBACK_COLUMNS} FROM message_feedbacks WHERE app_id = ? "
+                "ORDER BY updated_at DESC, message_id DESC LIMIT ? OFFSET ?",
+                (app_id, limit, (page - 1) * limit),
+            ).fetchall()
+        return [FeedbackRecord(*row) for row in rows]
 
     # ---- uploads
 
@@ -559,7 +674,42 @@ _MESSAGE_COLUMNS = (
 _CONVERSATION_COLUMNS = (
     "id, app_id, user_id, mode, name, inputs, dialogue_count, created_at, updated_at"
 )
+_RUN_COLUMNS = (
+    "id, app_id, workflow_id, mode, user_id, status, inputs, outputs, error, elapsed_time, "
+    "total_tokens, total_steps, exceptions_count, created_at, finished_at"
+)
+_FEEDBACK_COLUMNS = (
+    "message_id, app_id, conversation_id, user_id, rating, content, created_at, updated_at"
+)
 _UPLOAD_COLUMNS = "id, app_id, user_id, name, size, extension, mime_type, path, created_at"
+
+
+def _like_escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _run(
+    row: Sequence[Any], nodes: Sequence[NodeExecutionRecord], files: Sequence[FileRecord]
+) -> RunRecord:
+    return RunRecord(
+        id=row[0],
+        app_id=row[1],
+        workflow_id=row[2],
+        mode=row[3],
+        user_id=row[4],
+        status=row[5],
+        inputs=_load(row[6]) or {},
+        outputs=_load(row[7]) or {},
+        error=row[8],
+        elapsed_time=row[9],
+        total_tokens=row[10],
+        total_steps=row[11],
+        exceptions_count=row[12],
+        created_at=row[13],
+        finished_at=row[14],
+        nodes=nodes,
+        files=files,
+    )
 
 
 def _message(row: Sequence[Any]) -> MessageRecord:

@@ -113,6 +113,20 @@ _TEMPLATES: tuple[str, ...] = (
         created_at {real} NOT NULL
     );
     """,
+    # 3: end users' feedback on messages (`POST /v1/messages/{id}/feedbacks`).
+    """
+    CREATE TABLE message_feedbacks (
+        message_id TEXT PRIMARY KEY,
+        app_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        rating TEXT NOT NULL,
+        content TEXT,
+        created_at {real} NOT NULL,
+        updated_at {real} NOT NULL
+    );
+    CREATE INDEX message_feedbacks_app ON message_feedbacks(app_id, updated_at);
+    """,
 )
 
 

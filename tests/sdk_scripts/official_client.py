@@ -137,4 +137,21 @@ def upload_and_run():
     return {"upload": record, "run": run.json()}
 
 
+def feedback_and_rename():
+    client = _client(ChatClient)
+    reply = client.create_chat_message({}, "rate this", USER, "blocking")
+    reply.raise_for_status()
+    body = reply.json()
+    feedback = client.message_feedback(body["message_id"], "like", USER)
+    feedback.raise_for_status()
+    renamed = client.rename_conversation(body["conversation_id"], "Renamed by the SDK", USER)
+    renamed.raise_for_status()
+    other = client.message_feedback(body["message_id"], "like", "someone-else")
+    return {
+        "feedback": feedback.json(),
+        "renamed": renamed.json(),
+        "other_user_feedback": other.status_code,
+    }
+
+
 print(json.dumps(globals()[scenario](), default=str))

@@ -187,4 +187,41 @@ def bad_key():
     return {"error": None}
 
 
+def _refused(call):
+    try:
+        call()
+    except Exception as exc:  # the SDK's own error class for Dify's error body
+        return {"status": exc.status, "code": exc.code}
+    return None
+
+
+def feedback_suggested():
+    reply = client.chat_messages(
+        models.ChatRequest(
+            query="rate this", inputs={}, response_mode=models.ResponseMode.BLOCKING, user=USER
+        )
+    )
+    feedback = client.feedback_messages(
+        reply.message_id, models.FeedbackRequest(rating=models.Rating.LIKE, user=USER)
+    )
+    assert isinstance(feedback, models.FeedbackResponse)
+    return {
+        "feedback": feedback.result,
+        "suggested": _refused(
+            lambda: client.suggest_messages(reply.message_id, models.ChatSuggestRequest(user=USER))
+        ),
+        "text_to_audio": _refused(
+            lambda: client.text_to_audio(models.TextToAudioRequest(text="hello", user=USER))
+        ),
+    }
+
+
+def audio_to_text():
+    return _refused(
+        lambda: client.audio_to_text(
+            ("a.mp3", b"ID3" + bytes(32), "audio/mpeg"), models.AudioToTextRequest(user=USER)
+        )
+    )
+
+
 print(json.dumps(globals()[scenario](), default=str))
