@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from firstgate.runtime.loader import load_workflow
+from firstgate.runtime import load_workflow
 from firstgate.serve import app_model as naming
 
 from tests.serve_support import APPS
