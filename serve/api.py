@@ -16,6 +16,7 @@ from typing import Any
 
 from firstgate.common.files import DEFAULT_SIZE_LIMITS, MB, FileType
 from firstgate.locales import normalize_locale, t
+from firstgate.nodes.base import RoutePlanner
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.serve import bodies, uploads
 from firstgate.serve.access_log import APP_ENVIRON_KEY
@@ -81,6 +82,9 @@ class ServeContext:
     runs: Runs
     uploads_dir: Path
     settings: RuntimeSettings | None
+    # The model routes of this process, for the app's own model calls (a
+    # conversation's name, suggested questions); None where no runs execute.
+    clients: RoutePlanner | None = None
     ping_interval: float = PING_INTERVAL_S
     links: FileLinks = field(default_factory=FileLinks)
     # Where file links point (`file_links.files_base_url`); set once the address is known.

@@ -145,6 +145,7 @@ def build_service(
             runs=runs,
             uploads_dir=uploads_dir,
             settings=config.settings,
+            clients=launcher.resources.clients if distributed is None else None,
             ping_interval=config.ping_interval,
             links=launcher.links,
             files_url=config.files_url or "",
