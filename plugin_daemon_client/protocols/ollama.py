@@ -25,7 +25,7 @@ from .base import ChatCall, Item, StreamDecoder, TruncatedFrame
 from .frames import DONE, Frame, ToolCallDelta, Usage
 from .openai_compatible import OpenAICompatible, error_from_body
 from .request import PreparedRequest
-from .sse_stream import json_object
+from .sse_stream import items_of, json_object
 
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"
 # Model parameters Ollama takes under `options`, by their Dify/OpenAI name.
@@ -138,18 +138,7 @@ class NDJSONStream(StreamDecoder):
     def _items(self, lines: list[bytes]) -> Iterator[Item]:
         if lines and max(map(len, lines)) > self._max:
             raise SSEViolation("too_large", max(lines, key=len))
-        event = self._event
-        for line in lines:
-            doc = json_object(line)
-            if doc is None:
-                continue
-            item = event(doc)
-            if item is None:
-                continue
-            if type(item) is list:
-                yield from item
-            else:
-                yield item  # type: ignore[misc]
+        yield from items_of(lines, self._event)
 
     def _event(self, doc: dict[str, Any]) -> Item | list[Item] | None:
         if "error" in doc and doc["error"]:

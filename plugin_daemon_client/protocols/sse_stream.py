@@ -58,6 +58,25 @@ class SSEStream(StreamDecoder):
 _scan = json.JSONDecoder().scan_once
 
 
+def items_of(
+    documents: Iterable[bytes], event: Callable[[dict[str, Any]], Item | list[Item] | None]
+) -> Iterator[Item]:
+    """What a stream's JSON documents say, one protocol event at a time: a document
+    that is not a JSON object is ignored, an event that is not content (None)
+    yields nothing, one that carries several items yields each."""
+    for document in documents:
+        doc = json_object(document)
+        if doc is None:
+            continue
+        item = event(doc)
+        if item is None:
+            continue
+        if type(item) is list:
+            yield from item
+        else:
+            yield item  # type: ignore[misc]
+
+
 def json_object(payload: bytes) -> dict[str, Any] | None:
     """One payload as a JSON object, or None when it is not one (malformed: ignored).
     Invalid UTF-8 becomes U+FFFD (see openai_compatible.decode)."""
@@ -116,18 +135,7 @@ class EventStream(StreamDecoder):
         return payloads if payloads and len(payloads) + named == len(lines) else None
 
     def items(self, payloads: list[bytes]) -> Iterator[Item]:
-        event = self.event
-        for payload in payloads:
-            doc = json_object(payload)
-            if doc is None:
-                continue
-            item = event(doc)
-            if item is None:
-                continue
-            if type(item) is list:
-                yield from item
-            else:
-                yield item  # type: ignore[misc]
+        return items_of(payloads, self.event)
 
     def close(self) -> Iterator[Item]:
         tail = self._lines.pending
