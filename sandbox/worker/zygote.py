@@ -49,6 +49,7 @@ import socket
 import struct
 import sys
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -341,7 +342,14 @@ def start_janitor(base_dir: str, runtime_fd: int) -> int:
             with contextlib.suppress(OSError):
                 while os.read(runtime_fd, 1):
                     pass
-            shutil.rmtree(base_dir, ignore_errors=True)
+            # The worker may still be making a job directory inside it when the
+            # runtime goes (it has not seen its end yet): a removal that found the
+            # tree growing under it is tried again until nothing is left.
+            for _ in range(200):
+                remove_tree(base_dir)
+                if not os.path.lexists(base_dir):
+                    break
+                time.sleep(0.025)
         except BaseException:  # noqa: BLE001 - nothing may return into the worker's code
             code = 1
         finally:
