@@ -4,7 +4,7 @@ The dispatcher runs in whichever thread (or greenlet) iterates the run. It
 starts ready nodes, receives their chunks, notices and outcomes through one
 queue, updates the variable pool and the schedulers, streams the response
 nodes, and decides how the run ends. A node that only computes (it declares
-`INLINE`: start, end, answer, template, if-else, aggregator, assigner, list
+`inline=True` in its `NodeSpec`: start, end, answer, template, if-else, aggregator, assigner, list
 operator) runs on the dispatcher itself, with no thread hand-off; every other
 node runs on the worker pool. Abort, failure and the time limit all stop the
 run through `_stop`: cancel the token (which shuts in-flight LLM sockets down
