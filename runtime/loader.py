@@ -15,6 +15,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from firstgate.common.dsl import QUOTE_LIMIT, shown
+from firstgate.common.problems import (
+    DslError,
+    NodeRef,
+    Problem,
+    SourcePlace,
+    problems_from_validation,
+)
+from firstgate.common.sections import Sections, validation_context
+from firstgate.common.yaml_reader import Places, read_yaml_mapping
 from firstgate.nodes.base import ANY_OUTPUT, FAIL_HANDLE, Role
 from firstgate.nodes.registry import KNOWN_UNSUPPORTED, NODE_TYPES
 from firstgate.nodes.templates.jinja import counting_templates
@@ -22,14 +31,6 @@ from firstgate.runtime.dsl.ancestry import Ancestry
 from firstgate.runtime.dsl.app_modes import EasyApp, compile_document
 from firstgate.runtime.dsl.dsl_models import Document, Edge, RawNode
 from firstgate.runtime.dsl.graph import EdgeDef, Graph, NodeDef, find_cycle
-from firstgate.runtime.dsl.problems import (
-    DslError,
-    NodeRef,
-    Problem,
-    SourcePlace,
-    problems_from_validation,
-)
-from firstgate.runtime.dsl.yaml_reader import Places, read_yaml_mapping
 from firstgate.runtime.execution.variable_pool import (
     SYS_VARIABLES,
     USER_INPUT,
@@ -89,7 +90,7 @@ def load_document(
             raw = read_yaml_mapping(source, places=places)
             stem = Path(source).stem if stem is None else stem
         # An easy-mode app (chat, agent-chat, completion) becomes its graph first.
-        raw, easy = compile_document(raw, settings)
+        raw, easy = compile_document(raw, Sections(settings))
         return _Loader(raw, settings, easy, places, stem).load()
 
 
@@ -121,8 +122,9 @@ class _Loader:
         self.easy = easy
         self.places = places
         self.stem = stem
-        # Node models read it from the validation context (`info.context["settings"]`).
-        self.context = {"settings": settings}
+        self.settings = settings
+        # Node models read their sections from the validation context (`common.sections`).
+        self.context = validation_context(Sections(settings))
         self.problems: list[Problem] = []
         # What Dify loads but runs in its own way (an edge never taken, a value
         # missing): reported, never refused.
@@ -280,7 +282,7 @@ class _Loader:
     def _schema_problems(self, node: NodeDef, ref: NodeRef) -> Iterator[Problem]:
         """A node's answer schema that a route it may take cannot express (only
         with the settings the workflow will run with)."""
-        settings = self.context["settings"]
+        settings = self.settings
         if settings is None or not node.needs.json_schemas:
             return
         routes = ModelRoutes(settings)

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from firstgate.common.dsl import DslModel, dsl_error, shown
+from firstgate.common.sections import Sections, context_sections, validation_context
 from firstgate.nodes.agent import plugin as agent_plugin
 from firstgate.nodes.agent.strategies import Rounds, function_calling, react
 from firstgate.nodes.agent.tools import ToolEntry, bind
@@ -105,7 +106,7 @@ class Data(BaseNodeData):
         model = self.model  # checked here: a missing model is a load-time problem
         if not model.name:
             raise dsl_error("dsl.agent.model", "the agent has no model")
-        self._tools = self._read_tools((info.context or {}).get("settings"))
+        self._tools = self._read_tools(context_sections(info))
         iterations = self.maximum_iterations
         if not 1 <= iterations <= MAX_ITERATIONS:
             raise dsl_error(
@@ -153,12 +154,12 @@ class Data(BaseNodeData):
             self._tools = self._read_tools(None)
         return self._tools
 
-    def _read_tools(self, settings: Any) -> list[ToolEntry]:
+    def _read_tools(self, sections: Sections | None) -> list[ToolEntry]:
         """Each entry checked as it is read (a tool that cannot run here is refused)."""
         raw = self._value("tools") or []
         if not isinstance(raw, list):
             raise dsl_error("dsl.agent.tools", "the agent's tools must be a list")
-        context = {"settings": settings}
+        context = validation_context(sections or Sections())
         return [ToolEntry.model_validate(entry, context=context) for entry in raw]
 
     @property

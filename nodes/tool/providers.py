@@ -117,15 +117,15 @@ class PluginProvider:
     ) -> PluginProvider:
         """`alias`: the bare name an older export gives (its credentials may be
         under either name)."""
-        tools = connectors.section("tools")
-        daemon = getattr(tools, "plugin_daemon", None)
+        tools = connectors.tools
+        daemon = tools.plugin_daemon
         if daemon is None:
             raise ToolError("errors.tool.noDaemon", provider=provider_id)
         api_key = None
         if daemon.api_key_env:
             api_key = env_value(daemon.api_key_env, "the plugin daemon key")
         # A whole blob travels on one line, base64-encoded.
-        max_file = int(getattr(tools, "max_file_bytes", 10 * 1024 * 1024))
+        max_file = tools.max_file_bytes
         max_line = max_file * 4 // 3 + 64 * 1024
         client = connectors.cached(
             "plugin-daemon-tools",
@@ -138,7 +138,7 @@ class PluginProvider:
                 max_reply_bytes=max(64 * 1024 * 1024, 4 * max_line),
             ),
         )
-        providers = getattr(tools, "providers", None) or {}
+        providers = tools.providers
         spec = providers.get(provider_id) or (providers.get(alias) if alias else None)
         credentials = {
             name: env_value(env, f"a credential of {provider_id}")

@@ -20,11 +20,11 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from firstgate.common.dsl import shown
+from firstgate.common.problems import DslError
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.start import InputError
 from firstgate.runtime.cli.messages import render_error
 from firstgate.runtime.cli.terminal import HumanView, json_line
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.environment import EnvVarError, read_env_file

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from firstgate.common.problems import DslError
 from firstgate.runtime import RunOptions, RunResources, load_workflow
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
 from firstgate.store import open_store
