@@ -54,6 +54,7 @@ from typing import Annotated, Any, Literal
 from firstgate.common.dsl import SettingsModel, dsl_error, shown
 from firstgate.common.problems import DslError
 from firstgate.common.yaml_reader import read_yaml
+from firstgate.connectors import external_knowledge, mcp_client
 from firstgate.connectors.api_tools import ApiSchemaError, parse_openapi
 from firstgate.connectors.guarded_http import HttpLimits
 from firstgate.connectors.net_policy import AllowEntryError, parse_allow
@@ -116,7 +117,7 @@ class ExternalDataset(_Dataset):
     endpoint: HttpUrl
     knowledge_id: str = Field(min_length=1)
     api_key_env: str | None = None
-    timeout_s: float = Field(default=30.0, gt=0, le=600)
+    timeout_s: float = Field(default=external_knowledge.DEFAULT_TIMEOUT_S, gt=0, le=600)
 
 
 class LocalDataset(_Dataset):
@@ -145,7 +146,7 @@ class PluginDaemonSettings(SettingsModel):
     base_url: HttpUrl
     tenant_id: str = Field(min_length=1)
     api_key_env: str | None = None
-    user_id: str = "firstgate"
+    user_id: str | None = None  # None: the client's default
 
 
 class ToolProviderSettings(SettingsModel):
@@ -155,7 +156,7 @@ class ToolProviderSettings(SettingsModel):
 class McpServerSettings(SettingsModel):
     url: HttpUrl
     headers_env: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    timeout_s: float = Field(default=mcp_client.DEFAULT_TIMEOUT_S, gt=0, le=3600)
 
 
 class ApiAuthSettings(SettingsModel):

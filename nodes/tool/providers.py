@@ -36,12 +36,14 @@ from firstgate.connectors.tool_messages import (
 )
 from firstgate.connectors.tool_parameters import prepare
 from firstgate.nodes.values import jsonable
+from firstgate.plugin_daemon_client.client import DEFAULT_MAX_REPLY_BYTES
 from firstgate.plugin_daemon_client.errors import (
     ConnectError,
     FirstGateError,
     StreamCancelledError,
     StreamTotalTimeoutError,
 )
+from firstgate.plugin_daemon_client.protocols.base import DEFAULT_USER_ID
 from firstgate.plugin_daemon_client.tool_dispatch import PluginToolClient
 
 # Dify's provider-id rule (`GenericProviderID`): a bare provider name, as
@@ -133,9 +135,9 @@ class PluginProvider:
                 daemon.base_url,
                 daemon.tenant_id,
                 api_key,
-                user_id=daemon.user_id,
+                user_id=daemon.user_id or DEFAULT_USER_ID,
                 max_line_bytes=max_line,
-                max_reply_bytes=max(64 * 1024 * 1024, 4 * max_line),
+                max_reply_bytes=max(DEFAULT_MAX_REPLY_BYTES, 4 * max_line),
             ),
         )
         providers = tools.providers
