@@ -13,9 +13,12 @@ from firstgate.common.sections import Sections
 from firstgate.connectors.hub import Connectors
 from firstgate.connectors.settings import FilesSettings, HttpRequestSettings, ToolsSettings
 from firstgate.nodes.document_extractor.settings import DocumentExtractorSettings
+from firstgate.runtime import load_workflow
 from firstgate.runtime.settings import RuntimeSettings, load_settings
 from firstgate.sandbox.settings import CodeExecutorSettings
 from pydantic import BaseModel, Field
+
+from tests.connect_support import one_node_flow
 
 # Every section of the file: one whose model is a pydantic model (the routing
 # keys `providers` and `default` are a dict and a name). A section added later
@@ -110,3 +113,22 @@ def test_two_sections_of_one_model_are_refused() -> None:
 
     with pytest.raises(TypeError, match="share the model FilesSettings"):
         Sections(Twice())
+
+
+def test_node_models_check_against_the_sections_the_workflow_loads_with(tmp_path: Path) -> None:
+    # The loader hands the file's sections to node models (the validation
+    # context): a `workflow` tool runs only when the tools section names its file.
+    inner = tmp_path / "inner.yml"
+    inner.write_text("app: {mode: workflow}\n", encoding="utf-8")
+    flow = one_node_flow(
+        "tool",
+        {"provider_type": "workflow", "provider_id": "wf-1", "tool_name": "t"},
+        {"out": ["n", "text"]},
+    )
+    with pytest.raises(DslError) as info:
+        load_workflow(flow, settings=RuntimeSettings())
+    assert [p.message_key for p in info.value.problems] == ["dsl.tool.workflowNeedsDefinition"]
+    defined = RuntimeSettings.model_validate(
+        {"tools": {"workflow_providers": {"wf-1": {"file": str(inner)}}}}
+    )
+    assert load_workflow(flow, settings=defined).graph.nodes["n"].type == "tool"
