@@ -132,3 +132,23 @@ def test_node_models_check_against_the_sections_the_workflow_loads_with(tmp_path
         {"tools": {"workflow_providers": {"wf-1": {"file": str(inner)}}}}
     )
     assert load_workflow(flow, settings=defined).graph.nodes["n"].type == "tool"
+
+
+def test_an_optional_section_may_be_absent() -> None:
+    class Mail(SettingsModel):
+        host: str  # no default: the section is all or nothing
+
+    class Route(SettingsModel):
+        url: str = ""
+
+    class WithOptional(RuntimeSettings):
+        mail: Mail | None = None
+        routes: dict[str, Route] = Field(default_factory=dict)
+
+    absent = Sections(WithOptional())
+    assert absent.find(Mail) is None
+    given = Sections(WithOptional.model_validate({"mail": {"host": "smtp.example"}}))
+    found = given.find(Mail)
+    assert found is not None and found.host == "smtp.example"
+    with pytest.raises(LookupError):  # entries of a section are no section
+        absent.find(Route)
