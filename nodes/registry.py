@@ -31,6 +31,8 @@ from firstgate.nodes import (
     start,
     template_transform,
     tool,
+    trigger_schedule,
+    trigger_webhook,
     variable_aggregator,
 )
 from firstgate.nodes.spec import NodeSpec
@@ -57,6 +59,8 @@ SPECS: tuple[NodeSpec, ...] = (
     loop.SPEC,
     round_start.SPEC,
     loop_end.SPEC,
+    trigger_webhook.SPEC,
+    trigger_schedule.SPEC,
 )
 
 
@@ -79,8 +83,6 @@ KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
         "human-input",
         "datasource",
         "knowledge-index",
-        "trigger-webhook",
-        "trigger-schedule",
         "trigger-plugin",
     }
 )

@@ -12,7 +12,7 @@ node without `run` unless it is a round start (the engine never runs those).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,15 @@ class NodeSpec:
     inline: bool = False
     # Containers: how their rounds go.
     container: ContainerSpec | None = None
+    # A root node: what it makes of the run's inputs (the start node checks its
+    # declared variables, a trigger what its trigger hands over), given the
+    # app's upload config; raises the node's `InputError`s.
+    accepts: Callable[[Any, Mapping[str, Any], Mapping[str, Any] | None], dict[str, Any]] | None = (
+        None
+    )
+    # A trigger (webhook, schedule): a root that something outside starts, never
+    # beside a start node, only in a workflow app.
+    trigger: bool = False
 
     def __post_init__(self) -> None:
         if self.role is Role.RESPONSE and self.template is None:
@@ -85,5 +94,9 @@ class NodeSpec:
                 f"node {self.type!r}: a container role declares a ContainerSpec, "
                 "and only a container does"
             )
+        if (self.role is Role.ROOT) != (self.accepts is not None):
+            raise TypeError(f"node {self.type!r}: a root declares what it accepts, and only a root")
+        if self.trigger and self.role is not Role.ROOT:
+            raise TypeError(f"node {self.type!r}: a trigger is a root")
         if self.run is _never_runs and self.role is not Role.ROUND_START:
             raise TypeError(f"node {self.type!r} declares no run")

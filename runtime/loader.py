@@ -148,7 +148,7 @@ class _Loader:
             nodes = self._nodes(document.workflow.graph.nodes)
         self._containers(nodes)
         edges = self._edges(document.workflow.graph.edges, nodes)
-        start_id = self._start(nodes)
+        start_id = self._start(nodes, document.app.mode)
         roots = self._round_roots(nodes, edges)
         # Ancestry over every level: a container runs before its rounds' nodes.
         pairs = [(e.source, e.target) for e in edges] + list(roots.items())
@@ -389,9 +389,12 @@ class _Loader:
         graph = self.raw.get("workflow", {}).get("graph", {})
         return [n for n in graph.get("nodes", []) if isinstance(n, dict)]
 
-    def _start(self, nodes: dict[str, NodeDef]) -> str | None:
-        starts = [n for n in nodes.values() if n.spec.role is Role.ROOT and n.parent is None]
-        if not starts:
+    def _start(self, nodes: dict[str, NodeDef], mode: str) -> str | None:
+        """The node a run starts at: the start node, or the first trigger. A
+        workflow starts from one start node or from its triggers (several may
+        feed one graph, Dify's rule), never both; triggers only in a workflow app."""
+        roots = [n for n in nodes.values() if n.spec.role is Role.ROOT and n.parent is None]
+        if not roots:
             start_declared = any(
                 isinstance(n.get("data"), dict) and n["data"].get("type") == "start"
                 for n in self.raw_nodes()
@@ -399,11 +402,21 @@ class _Loader:
             if not start_declared:  # a broken start node was reported already
                 self.problems.append(Problem("dsl.graph.noStart", {}))
             return None
+        starts = [n for n in roots if not n.spec.trigger]
+        triggers = [n for n in roots if n.spec.trigger]
         for extra in starts[1:]:
             self.problems.append(
                 Problem("dsl.graph.multipleStarts", {"first": starts[0].id}, _ref(extra))
             )
-        return starts[0].id
+        if starts and triggers:
+            self.problems.append(
+                Problem("dsl.graph.startWithTrigger", {"start": starts[0].id}, _ref(triggers[0]))
+            )
+        if triggers and mode != "workflow":
+            self.problems.append(
+                Problem("dsl.trigger.notWorkflow", {"mode": mode}, _ref(triggers[0]))
+            )
+        return roots[0].id
 
     def _selectors(
         self, graph: Graph, ancestry: Ancestry, env: dict[str, Any], conversation: set[str]

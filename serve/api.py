@@ -18,7 +18,7 @@ from firstgate.common.files import DEFAULT_SIZE_LIMITS, MB, FileType
 from firstgate.locales import normalize_locale, t
 from firstgate.nodes.base import RoutePlanner
 from firstgate.runtime.settings import RuntimeSettings
-from firstgate.serve import bodies, uploads
+from firstgate.serve import bodies, uploads, webhooks
 from firstgate.serve.access_log import APP_ENVIRON_KEY
 from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.completion import CompletionBody, CompletionReply, not_completion_app
@@ -89,6 +89,9 @@ class ServeContext:
     links: FileLinks = field(default_factory=FileLinks)
     # Where file links point (`file_links.files_base_url`); set once the address is known.
     files_url: str = ""
+    # The apps' webhook triggers by id, and the most a webhook body may carry.
+    hooks: dict[str, webhooks.Webhook] = field(default_factory=dict)
+    webhook_max_body: int = webhooks.DEFAULT_MAX_BODY
 
 
 def _rules() -> Map:
@@ -100,6 +103,12 @@ def _rules() -> Map:
             Rule("/console/<name>", endpoint="console_file", methods=["GET"]),
             Rule("/files/<upload_id>/file-preview", endpoint="public_file", methods=["GET"]),
             Rule("/v1/info", endpoint="info", methods=["GET"]),
+            # Dify's webhook trigger: any method (a wrong one is the webhook's 400).
+            Rule(
+                "/triggers/webhook/<webhook_id>",
+                endpoint="webhook",
+                methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+            ),
             Rule("/v1/meta", endpoint="meta", methods=["GET"]),
             Rule("/v1/parameters", endpoint="parameters", methods=["GET"]),
             Rule("/v1/files/upload", endpoint="upload", methods=["POST"]),
@@ -206,7 +215,7 @@ class ServiceApi(RecordsApi):
             endpoint, values = self.urls.bind_to_environ(request.environ).match()
             _refuse_nul(values.items(), request.args.items(multi=True))
             handler = getattr(self, f"_{endpoint}")
-            if endpoint.startswith(("console", "public")):
+            if endpoint.startswith(("console", "public", "webhook")):
                 return handler(request, **values)
             app = self._app(request)
             request.environ[APP_ENVIRON_KEY] = app.stem  # for the access log
@@ -232,6 +241,20 @@ class ServiceApi(RecordsApi):
         return app
 
     # ---- the console
+
+    def _webhook(self, request: Request, webhook_id: str) -> Response:
+        """A webhook trigger's call: no API key, the id is the secret (Dify)."""
+        hook = self.context.hooks.get(webhook_id)
+        if hook is not None:
+            request.environ[APP_ENVIRON_KEY] = hook.app.stem  # for the access log
+        return webhooks.handle(
+            request,
+            hook,
+            self.context.runs,
+            limit=self.context.webhook_max_body,
+            base_url=self.context.files_url,
+            locale=_locale(request),
+        )
 
     def _console_index(self, request: Request) -> Response:
         return self._console_file(request, "index.html")
@@ -336,6 +359,8 @@ class ServiceApi(RecordsApi):
     def _run_workflow(self, request: Request, app: App) -> Response:
         if app.chat or app.completion:
             raise not_workflow_app()
+        if app.workflow.triggered:
+            raise ApiError(400, "invalid_param", "serve.error.triggerApp")
         body = bodies.validate(bodies.WorkflowRunBody, bodies.parse_json(_body(request)))
         handle = self._start(
             app,

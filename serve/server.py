@@ -39,6 +39,8 @@ from firstgate.serve.distributed.settings import DistributedSettings
 from firstgate.serve.file_links import FileLinks, files_base_url
 from firstgate.serve.launch import Launcher
 from firstgate.serve.runs import RunManager, Runs
+from firstgate.serve.schedules import Scheduler, schedules
+from firstgate.serve.webhooks import DEFAULT_MAX_BODY, webhooks
 from firstgate.store import open_store
 from firstgate.store.base import Store
 from firstgate.store.sqlite import default_path
@@ -69,6 +71,8 @@ class ServeConfig:
     # Where file links point (Dify's FILES_URL); None: the address served on.
     files_url: str | None = None
     access_log: bool = True  # a line per request on stderr (serve/access_log.py)
+    # Dify's WEBHOOK_REQUEST_BODY_MAX_SIZE: the most a webhook call's body may carry.
+    webhook_max_body: int = DEFAULT_MAX_BODY
 
 
 def raise_open_file_limit() -> None:
@@ -114,8 +118,10 @@ class Service:
     context: ServeContext
     api: ServiceApi
     launcher: Launcher
+    scheduler: Scheduler
 
     def close(self) -> None:
+        self.scheduler.stop()
         self.context.runs.close()
         self.launcher.close()
 
@@ -149,11 +155,14 @@ def build_service(
             ping_interval=config.ping_interval,
             links=launcher.links,
             files_url=config.files_url or "",
+            hooks=webhooks(apps),
+            webhook_max_body=config.webhook_max_body,
         )
+        scheduler = Scheduler(schedules(apps), runs, base_url=lambda: context.files_url)
     except BaseException:
         launcher.close()
         raise
-    return Service(context, ServiceApi(context), launcher)
+    return Service(context, ServiceApi(context), launcher, scheduler)
 
 
 def _default_uploads(database: str | None) -> Path:
@@ -172,6 +181,13 @@ def report_apps(apps: AppDirectory, locale: str | None) -> None:
         )
     for app in apps.apps.values():
         print(t("serve.start.app", locale, name=app.name, file=app.path.name, mode=app.mode))
+    for hook in webhooks(apps).values():
+        print(
+            t("serve.start.webhook", locale, name=hook.app.name, node=hook.node.id, path=hook.path)
+        )
+    for plan in schedules(apps):
+        where = {"cron": plan.text, "timezone": plan.zone.key}
+        print(t("serve.start.schedule", locale, name=plan.app.name, node=plan.node.id, **where))
 
 
 def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None) -> int:
@@ -204,6 +220,7 @@ def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None)
     host, port = server.address[:2]
     service.context.files_url = files_base_url(config.files_url, config.host, port)
     print(t("serve.start.listening", config.locale, url=f"http://{host}:{port}/"), flush=True)
+    service.scheduler.start()
     stopping = gevent.event.Event()
 
     def on_signal() -> None:
@@ -214,6 +231,7 @@ def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None)
     try:
         stopping.wait()
         print(t("serve.stop.draining", config.locale, grace=config.grace), flush=True)
+        service.scheduler.stop()  # no tick starts a run while the others drain
         server.close()  # stop accepting; open connections go on
         service.context.runs.drain(config.grace, t("serve.stoppedByShutdown", config.locale))
         server.stop(timeout=2.0)

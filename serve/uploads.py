@@ -45,7 +45,7 @@ def upload_rules(app: App) -> list[FileRules]:
     config = app.workflow.upload_config
     rules = [
         spec.file_rules(config)
-        for spec in app.workflow.start_node.data.variables  # type: ignore[attr-defined]
+        for spec in app.workflow.input_variables
         if spec.type in FILE_INPUT_TYPES
     ]
     if app.workflow.file_upload.enabled:
@@ -166,10 +166,7 @@ def resolve_inputs(
     inputs: Mapping[str, Any], app: App, store: Store, link: Linker
 ) -> dict[str, Any]:
     """The body's inputs with every file input resolved (others are left to the start node)."""
-    kinds = {
-        spec.variable: spec.type
-        for spec in app.workflow.start_node.data.variables  # type: ignore[attr-defined]
-    }
+    kinds = {spec.variable: spec.type for spec in app.workflow.input_variables}
     resolved = dict(inputs)
     for name, value in inputs.items():
         kind = kinds.get(name)

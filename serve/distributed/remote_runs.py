@@ -12,6 +12,8 @@ not through the process that queued it.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 
 from celery import Celery
@@ -25,6 +27,8 @@ from firstgate.serve.runs import RunHandle, Runs
 
 # How long `start` waits for a worker to take the run before answering anyway.
 START_WAIT_S = 2.0
+# A schedule tick's claim outlives any clock skew between API processes.
+TICK_KEEP_S = 24 * 3600
 
 
 class RemoteRuns(Runs):
@@ -81,6 +85,12 @@ class RemoteRuns(Runs):
             stop=lambda reason: self.runs.request_stop(task_id, reason),
             started_at=float(meta.get("created_at") or time.time()),
         )
+
+    def claim_tick(self, key: str) -> bool:
+        """The first API process to set the tick's key fires it; every other one
+        finds it set (one Redis `SET NX`, atomic however many processes ask)."""
+        owner = f"{socket.gethostname()}:{os.getpid()}"
+        return bool(self.runs.redis.set(f"firstgate:tick:{key}", owner, nx=True, ex=TICK_KEEP_S))
 
     def get(self, task_id: str) -> RunHandle | None:
         meta = self.runs.meta(task_id)
