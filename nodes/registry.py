@@ -86,3 +86,6 @@ KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
         "trigger-plugin",
     }
 )
+# Of those, the ones a run would start at: a workflow rooted at one is refused for
+# that node, not for lacking a start node.
+UNSUPPORTED_ROOTS: frozenset[str] = frozenset({"trigger-plugin"})

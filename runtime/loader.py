@@ -25,7 +25,7 @@ from firstgate.common.problems import (
 from firstgate.common.sections import Sections, validation_context
 from firstgate.common.yaml_reader import Places, read_yaml_mapping
 from firstgate.nodes.base import ANY_OUTPUT, FAIL_HANDLE, Role
-from firstgate.nodes.registry import KNOWN_UNSUPPORTED, NODE_TYPES
+from firstgate.nodes.registry import KNOWN_UNSUPPORTED, NODE_TYPES, UNSUPPORTED_ROOTS
 from firstgate.nodes.templates.jinja import counting_templates
 from firstgate.runtime.dsl.ancestry import Ancestry
 from firstgate.runtime.dsl.app_modes import EasyApp, compile_document
@@ -396,10 +396,11 @@ class _Loader:
         roots = [n for n in nodes.values() if n.spec.role is Role.ROOT and n.parent is None]
         if not roots:
             start_declared = any(
-                isinstance(n.get("data"), dict) and n["data"].get("type") == "start"
+                isinstance(n.get("data"), dict)
+                and (n["data"].get("type") == "start" or n["data"].get("type") in UNSUPPORTED_ROOTS)
                 for n in self.raw_nodes()
             )
-            if not start_declared:  # a broken start node was reported already
+            if not start_declared:  # a broken or refused root was reported already
                 self.problems.append(Problem("dsl.graph.noStart", {}))
             return None
         starts = [n for n in roots if not n.spec.trigger]

@@ -63,6 +63,9 @@ def test_corpus_counts(capsys: pytest.CaptureFixture[str]) -> None:
             f"by node type ({', '.join(f'{k} x{v}' for k, v in sorted(types.items()))})"
         )
     assert len(valid) + len(refused) == len(FILES) and valid and refused
+    # Webhook and schedule triggers load; a plugin's trigger is refused by name.
+    assert {"trigger_webhook_workflow.yml", "trigger_schedule_workflow.yml"} <= set(valid)
+    assert types["trigger-plugin"] == 1
 
 
 def test_validate_on_the_command_line() -> None:
