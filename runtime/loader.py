@@ -396,8 +396,7 @@ class _Loader:
         roots = [n for n in nodes.values() if n.spec.role is Role.ROOT and n.parent is None]
         if not roots:
             start_declared = any(
-                isinstance(n.get("data"), dict)
-                and (n["data"].get("type") == "start" or n["data"].get("type") in UNSUPPORTED_ROOTS)
+                isinstance(n.get("data"), dict) and _root_type(n["data"].get("type"))
                 for n in self.raw_nodes()
             )
             if not start_declared:  # a broken or refused root was reported already
@@ -551,6 +550,15 @@ def _at(place: SourcePlace | None, problems: list[Problem]) -> list[Problem]:
     if place is None:
         return problems
     return [p if p.place is not None else dataclasses.replace(p, place=place) for p in problems]
+
+
+def _root_type(node_type: Any) -> bool:
+    """Whether a node of this type would be a run's root (the start node, a
+    trigger, or a trigger refused by name)."""
+    if not isinstance(node_type, str):
+        return False
+    spec = NODE_TYPES.get(node_type)
+    return node_type in UNSUPPORTED_ROOTS or (spec is not None and spec.role is Role.ROOT)
 
 
 def _plain(value: Any) -> str:
