@@ -117,10 +117,9 @@ class WebhookBodyError(LocalizedError):
 
 
 def _read_body(request: Request, limit: int) -> bytes:
-    length = request.content_length
-    if length is not None and length > limit:
-        raise RequestEntityTooLarge()
-    # One byte past the limit: a chunked body that keeps coming is refused, not cut.
+    # A Content-Length past the limit is refused by werkzeug before anything is read
+    # (`max_content_length`, set by `handle`); a chunked body that keeps coming is
+    # read one byte past the limit and refused, not cut.
     body = request.stream.read(limit + 1)
     if len(body) > limit:
         raise RequestEntityTooLarge()
