@@ -118,7 +118,7 @@ def accepts(
         "method": method,
         "headers": dict(headers),
         "query_params": _parameters(query, data.params, form=True, where="params"),
-        "body": _body(body, data),
+        "body": _body(body, data, _mapping(raw.get("files"))),
         "files": _mapping(raw.get("files")),
     }
     return {
@@ -141,17 +141,25 @@ def _require_headers(headers: Mapping[str, Any], configured: list[Parameter]) ->
 
 
 def _parameters(
-    values: Mapping[str, Any], configured: list[Parameter], *, form: bool, where: str
+    values: Mapping[str, Any],
+    configured: list[Parameter],
+    *,
+    form: bool,
+    where: str,
+    files: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     # Configured ones typed; the others passed on as they came (Dify).
     processed = dict(values)
     for parameter in configured:
+        if form and parameter.type == "file":
+            # A file field is no text value: it is among the request's files.
+            if parameter.required and parameter.name not in (files or {}):
+                raise WebhookRequestError("dsl.webhook.missing", where=where, name=parameter.name)
+            continue
         if parameter.name not in values:
             if parameter.required:
                 raise WebhookRequestError("dsl.webhook.missing", where=where, name=parameter.name)
             continue
-        if form and parameter.type == "file":
-            continue  # a file field is no text value
         value = values[parameter.name]
         processed[parameter.name] = (
             _from_text(parameter, value) if form else _checked(parameter, value)
@@ -159,7 +167,7 @@ def _parameters(
     return processed
 
 
-def _body(body: Any, data: Data) -> Any:
+def _body(body: Any, data: Data, files: Mapping[str, Any]) -> Any:
     if data.content_type in WHOLE_BODY_TYPES:
         whole = body.get("raw") if isinstance(body, Mapping) else None
         if any(b.required for b in data.body) and not whole:
@@ -171,7 +179,8 @@ def _body(body: Any, data: Data) -> Any:
             missing = next(b.name for b in data.body if b.required)
             raise WebhookRequestError("dsl.webhook.missing", where="body", name=missing)
         return body
-    return _parameters(body, data.body, form=data.content_type in FORM_TYPES, where="body")
+    form = data.content_type in FORM_TYPES
+    return _parameters(body, data.body, form=form, where="body", files=files)
 
 
 def _bad(parameter: Parameter, value: Any) -> WebhookRequestError:

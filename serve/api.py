@@ -251,10 +251,22 @@ class ServiceApi(RecordsApi):
             request,
             hook,
             self.context.runs,
+            self._keep_webhook_file,
             limit=self.context.webhook_max_body,
             base_url=self.context.files_url,
             locale=_locale(request),
         )
+
+    def _keep_webhook_file(self, app: App, filename: str, data: bytes) -> dict[str, Any]:
+        record = uploads.store_bytes(
+            app,
+            webhooks.WEBHOOK_USER,
+            filename,
+            data,
+            directory=self.context.uploads_dir,
+            store=self.context.store,
+        )
+        return uploads.local_file(record)
 
     def _console_index(self, request: Request) -> Response:
         return self._console_file(request, "index.html")

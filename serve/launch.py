@@ -80,6 +80,8 @@ class Launcher:
             return self.links.link(request.base_url, upload_id)
 
         inputs = uploads.resolve_inputs(request.inputs, app, self.store, link)
+        if request.root is not None:
+            inputs = uploads.resolve_webhook_files(inputs, app, request.root, self.store, link)
         files = uploads.resolve_files(request.files, app, self.store, link)
         return inputs, files
 

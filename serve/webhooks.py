@@ -25,7 +25,7 @@ import hmac
 import io
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,8 +142,21 @@ def _no_constant(name: str) -> Any:
     raise ValueError(name)  # NaN and Infinity are not JSON
 
 
-def _form(raw: bytes, headers: Headers, limit: int) -> tuple[dict[str, Any], bool]:
-    """A form body's fields, and whether it carried files."""
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """A file the request carried, kept once the request is accepted."""
+
+    name: str  # the form field, or "" for a whole binary body
+    filename: str
+    data: bytes
+
+
+# Where a carried file goes until it is kept (the checks need only that it is there).
+_PENDING = {"transfer_method": "local_file", "upload_file_id": ""}
+
+
+def _form(raw: bytes, headers: Headers, limit: int) -> tuple[dict[str, Any], list[Carried]]:
+    """A form body's fields and its files."""
     environ = {
         "REQUEST_METHOD": "POST",
         "CONTENT_TYPE": headers.get("Content-Type", ""),
@@ -153,39 +166,58 @@ def _form(raw: bytes, headers: Headers, limit: int) -> tuple[dict[str, Any], boo
     parsed = Request(environ)
     parsed.max_content_length = limit
     fields = {name: parsed.form.get(name) for name in parsed.form}
-    return fields, bool(parsed.files)
+    carried = [
+        Carried(name, upload.filename or name, upload.read())
+        for name, upload in parsed.files.items()
+        if upload.filename
+    ]
+    return fields, carried
 
 
-def raw_data(request: Request, limit: int) -> dict[str, Any]:
-    """Dify's raw webhook data of this request (`WebhookService.extract_webhook_data`)."""
+def raw_data(request: Request, limit: int) -> tuple[dict[str, Any], list[Carried]]:
+    """Dify's raw webhook data of this request (`WebhookService.extract_webhook_data`),
+    with a placeholder where each file it carried goes, and those files."""
     raw = _read_body(request, limit)
     kind = trigger_webhook.content_type_of(request.headers)
     body: Any
+    carried: list[Carried] = []
     if kind == "application/json":
         body = _json_body(raw)
     elif kind in trigger_webhook.FORM_TYPES:
-        body, has_files = _form(raw, request.headers, limit)
-        if has_files:
-            raise WebhookBodyError("serve.webhook.files")
+        body, carried = _form(raw, request.headers, limit)
     elif kind == "application/octet-stream":
-        if raw:  # Dify keeps it as a file: not yet here
-            raise WebhookBodyError("serve.webhook.files")
-        body = {"raw": None}
+        carried = [Carried("", "body.bin", raw)] if raw else []
+        body = {"raw": dict(_PENDING) if raw else None}
     else:  # text/plain, and what Dify reads as text (an unknown type)
         body = {"raw": raw.decode("utf-8", errors="replace")}
-    return {
+    data = {
         "method": request.method,
         "headers": dict(request.headers.items()),
         "query_params": {name: request.args.get(name) for name in request.args},
         "body": body,
-        "files": {},
+        "files": {c.name: dict(_PENDING) for c in carried if c.name},
     }
+    return data, carried
+
+
+def keep_files(data: dict[str, Any], carried: list[Carried], hook: Webhook, keep: Keeper) -> None:
+    """Each carried file kept as an upload of the app, named in the data."""
+    for item in carried:
+        found = keep(hook.app, item.filename, item.data)
+        if item.name:
+            data["files"][item.name] = found
+        else:
+            data["body"] = {"raw": found}
+
+
+Keeper = Callable[[App, str, bytes], dict[str, Any]]  # app, file name, bytes -> Dify's file object
 
 
 def handle(
     request: Request,
     hook: Webhook | None,
     runs: Runs,
+    keep: Keeper,
     *,
     limit: int,
     base_url: str,
@@ -195,10 +227,12 @@ def handle(
         return _refusal(404, "Not Found", t("serve.webhook.unknown", locale))
     request.max_content_length = limit + 1
     try:
-        data = raw_data(request, limit)
+        data, carried = raw_data(request, limit)
         inputs = {"webhook_data": data}
-        # Checked here first: a refused call is Dify's 400 in both modes.
+        # Checked here first: a refused call is Dify's 400 in both modes, and
+        # keeps none of its files.
         hook.app.workflow.prepare_inputs(inputs, None, hook.node.id)
+        keep_files(data, carried, hook, keep)
     except RequestEntityTooLarge:
         message = t("serve.webhook.tooLarge", locale, limit=limit)
         return _refusal(413, "Request Entity Too Large", message)

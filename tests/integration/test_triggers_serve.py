@@ -22,6 +22,8 @@ from tests.serve_support import Server, serve
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 KEYS = {
+    "upload": "upload-key-0123456789",
+    "blob": "blob-key-0123456789",
     "orders": "orders-key-0123456789",
     "tick": "tick-key-0123456789",
     "bare": "bare-key-01234567",
@@ -63,12 +65,63 @@ workflow:
       id: done
 """
 
+UPLOAD_APP = """\
+app: {mode: workflow, name: Upload hook}
+kind: app
+version: 0.5.0
+workflow:
+  graph:
+    edges:
+    - {id: e1, source: hook, sourceHandle: source, target: done, targetHandle: target}
+    nodes:
+    - data:
+        type: trigger-webhook
+        title: Hook
+        method: POST
+        content_type: multipart/form-data
+        webhook_url: https://dify.example/triggers/webhook/uploadHookId0123456789
+        body: [{name: note, type: string}, {name: doc, type: file, required: true}]
+      id: hook
+    - data:
+        type: end
+        title: End
+        outputs:
+        - {variable: note, value_selector: [hook, note]}
+        - {variable: doc, value_selector: [hook, doc]}
+      id: done
+"""
+BLOB_APP = """\
+app: {mode: workflow, name: Blob hook}
+kind: app
+version: 0.5.0
+workflow:
+  graph:
+    edges:
+    - {id: e1, source: hook, sourceHandle: source, target: done, targetHandle: target}
+    nodes:
+    - data:
+        type: trigger-webhook
+        title: Hook
+        method: PUT
+        content_type: application/octet-stream
+        webhook_url: https://dify.example/triggers/webhook/blobHookId012345678901
+        body: [{name: payload, type: file, required: true}]
+      id: hook
+    - data:
+        type: end
+        title: End
+        outputs: [{variable: payload, value_selector: [hook, payload]}]
+      id: done
+"""
+
 
 def write_apps(directory: Path) -> Path:
     directory.mkdir()
     shutil.copy(CORPUS / "trigger_webhook_workflow.yml", directory / "orders.yml")
     (directory / "tick.yml").write_text(TICK_APP)
     (directory / "bare.yml").write_text(BARE_APP)
+    (directory / "upload.yml").write_text(UPLOAD_APP)
+    (directory / "blob.yml").write_text(BLOB_APP)
     return directory
 
 
@@ -196,3 +249,41 @@ def test_a_schedule_fires_each_tick_once(server: Server) -> None:
     window = time.monotonic() - began
     # One run a second: at most one per tick that passed (twice as many if a tick fired twice).
     assert 2 <= count - len(first) <= window + 1.5
+
+
+def test_files_a_webhook_carries_become_file_outputs(server: Server) -> None:
+    with client(server) as caller:
+        reply = caller.post(
+            "/triggers/webhook/uploadHookId0123456789",
+            data={"note": "monthly"},
+            files={"doc": ("report.txt", b"hello there", "text/plain")},
+        )
+        assert reply.status_code == 200, reply.text
+        missing = caller.post(
+            "/triggers/webhook/uploadHookId0123456789",
+            data={"note": "x"},
+            files={"other": ("a.txt", b"a", "text/plain")},
+        )
+        assert missing.status_code == 400 and "doc" in missing.json()["message"]
+        blob = caller.put(
+            "/triggers/webhook/blobHookId012345678901",
+            content=b"\x00\x01binary",
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        assert blob.status_code == 200, blob.text
+        empty = caller.put(
+            "/triggers/webhook/blobHookId012345678901",
+            content=b"",
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        assert empty.status_code == 400
+    run = wait_for_runs(server, "upload", 1)[0]
+    with client(server, "upload") as api:
+        outputs = api.get(f"/v1/workflows/run/{run['id']}").json()["outputs"]
+    assert outputs["note"] == "monthly"
+    assert outputs["doc"]["filename"] == "report.txt" and outputs["doc"]["size"] == 11
+    assert outputs["doc"]["transfer_method"] == "local_file"
+    run = wait_for_runs(server, "blob", 1)[0]
+    with client(server, "blob") as api:
+        outputs = api.get(f"/v1/workflows/run/{run['id']}").json()["outputs"]
+    assert outputs["payload"]["size"] == 8
