@@ -6,8 +6,10 @@ module is imported, never a hook silently left out. What most nodes leave out
 has a default: the PLAIN role, no older type names, the success edge only, no
 needs, no variables read, no outputs, no retries, run on a worker thread.
 `__post_init__` refuses what cannot work: a response node without a template,
-a container role without a `ContainerSpec` (or one on another role), and a
-node without `run` unless it is a round start (the engine never runs those).
+a container role without a `ContainerSpec` (or one on another role), a root
+without `accepts` (or `accepts` on another role), a trigger that is not a
+root, and a node without `run` unless it is a round start (the engine never
+runs those).
 """
 
 from __future__ import annotations

@@ -259,12 +259,15 @@ def test_files_a_webhook_carries_become_file_outputs(server: Server) -> None:
             files={"doc": ("report.txt", b"hello there", "text/plain")},
         )
         assert reply.status_code == 200, reply.text
+        uploads = server.log.parent / "uploads"
+        kept = len(list(uploads.iterdir()))
         missing = caller.post(
             "/triggers/webhook/uploadHookId0123456789",
             data={"note": "x"},
             files={"other": ("a.txt", b"a", "text/plain")},
         )
         assert missing.status_code == 400 and "doc" in missing.json()["message"]
+        assert len(list(uploads.iterdir())) == kept  # a refused call keeps no file
         blob = caller.put(
             "/triggers/webhook/blobHookId012345678901",
             content=b"\x00\x01binary",
