@@ -20,6 +20,8 @@ from firstgate.nodes.base import RoutePlanner
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.serve import bodies, uploads, webhooks
 from firstgate.serve.access_log import APP_ENVIRON_KEY
+from firstgate.serve.agent_chat import AGENT_CHAT_MODE, AgentChatReply
+from firstgate.serve.agent_chat import blocking_refused as agent_blocking_refused
 from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.completion import CompletionBody, CompletionReply, not_completion_app
 from firstgate.serve.errors import (
@@ -391,6 +393,9 @@ class ServiceApi(RecordsApi):
         if not app.chat:
             raise not_chat_app()
         body = bodies.validate(bodies.ChatBody, bodies.parse_json(_body(request)))
+        agent = app.mode == AGENT_CHAT_MODE
+        if agent and body.response_mode != "streaming":
+            raise agent_blocking_refused()
         if body.conversation_id is not None:
             self._conversation(app, body.conversation_id, body.user)
         handle = self._start(
@@ -402,6 +407,8 @@ class ServiceApi(RecordsApi):
             conversation=body.conversation_id,
             base_url=self.context.files_url,
         )
+        if agent:
+            return self._translated_stream(handle, AgentChatReply(handle).frames)
         if body.response_mode == "streaming":
             return self._streaming(handle)
         return _json(chat_reply(handle, app, _wait(handle.stream)))
@@ -457,7 +464,7 @@ class ServiceApi(RecordsApi):
     def _translated_stream(
         self, handle: RunHandle, translate: Callable[[bytes], list[bytes]]
     ) -> Response:
-        """Another app mode's events (a completion app's), unnumbered as Dify's."""
+        """Another app mode's events (a completion or agent app's), unnumbered as Dify's."""
 
         def frames() -> Iterator[bytes]:
             for event in handle.stream.follow(self.context.ping_interval):

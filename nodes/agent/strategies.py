@@ -141,7 +141,13 @@ def _run_tool(
     run = call(tool, arguments, rounds.ctx)
     result.took(run)
     log.end(
-        {"tool_call_name": name, "tool_call_input": arguments, "tool_response": run.observation},
+        {
+            "tool_call_name": name,
+            "tool_call_input": arguments,
+            "tool_response": run.observation,
+            # The files the tool made (an agent app's `message_file` events).
+            "files": [f.to_dict() for f in run.files],
+        },
         error=run.error,
         provider=tool.entry.provider,
     )
@@ -174,7 +180,12 @@ def function_calling(
         result.add(reply)
         calls = reply.tool_calls if offered else ()
         thought.end(
-            {"output": reply.text, "tool_calls": [c.name for c in calls]},
+            {
+                "output": reply.text,
+                "tool_calls": [c.name for c in calls],
+                # What an agent app's `agent_thought` shows before the tools run.
+                "tool_input": {c.name: c.parsed_arguments() for c in calls},
+            },
             tokens=(reply.usage_dict() or {}).get("total_tokens", 0),
         )
         texts.append(reply.text)
@@ -291,8 +302,14 @@ def react(
         reply = _ask(rounds, asked, stream_text=False, stop=["Observation:"])
         result.add(reply)
         action = read_action(reply.text)
+        acts = action is not None and action.name != FINAL_ANSWER and not last
         thought.end(
-            {"output": reply.text, "action": action.name if action else None},
+            {
+                "output": reply.text,
+                "action": action.name if action else None,
+                "tool_calls": [action.name] if acts and action else [],
+                "tool_input": {action.name: action.arguments} if acts and action else {},
+            },
             tokens=(reply.usage_dict() or {}).get("total_tokens", 0),
         )
         if action is None or action.name == FINAL_ANSWER or last:
