@@ -371,3 +371,15 @@ def test_validate_names_the_problem_in_another_language(tmp_path: Path) -> None:
     done = firstgate("validate", str(path), "--locale", "de-DE")
     assert done.returncode == 2
     assert "external_data_tools kann hier nicht ausgeführt werden" in done.stderr
+
+
+def test_only_features_served_elsewhere_are_ignored() -> None:
+    # Suggested questions are served (`GET /v1/messages/{id}/suggested`): no warning;
+    # speech is not: the loader says it is ignored.
+    raw = _broken(
+        suggested_questions_after_answer={"enabled": True},
+        text_to_speech={"enabled": True},
+    )
+    easy = load_workflow(raw).easy
+    assert easy is not None and easy.ignored == ("text_to_speech",)
+    assert easy.features["suggested_questions_after_answer"] == {"enabled": True}

@@ -43,6 +43,7 @@ def _app() -> dict[str, Any]:
         "tool_name": "everything",
         "tool_parameters": {},
     }
+    app["model_config"]["suggested_questions_after_answer"] = {"enabled": True}
     return app
 
 
@@ -50,6 +51,8 @@ def _model() -> fake.Scenario:
     """Round 1 calls both tools; round 2, with their results, answers."""
     return ma.script(
         [
+            # `GET /messages/{id}/suggested`: the app's model predicts the next questions.
+            (ma.mentions("questions:"), ma.answer('Next: ["And in Tokyo?", "What date?"]')),
             (
                 ma.has_tool_results(0),
                 ma.answer(
@@ -66,12 +69,18 @@ def _model() -> fake.Scenario:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def model() -> Iterator[fake.FakeLLMServer]:
+    with fake.FakeLLMServer(_model()) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def server(model: fake.FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("serve-agent-chat")
     apps = tmp / "apps"
     apps.mkdir()
     (apps / f"{STEM}.yml").write_text(yaml.safe_dump(_app()))
-    with fake.FakeLLMServer(_model()) as model, FakePluginDaemon() as daemon:
+    with FakePluginDaemon() as daemon:
         settings = tmp / "settings.yaml"
         settings.write_text(
             yaml.safe_dump(
@@ -177,3 +186,25 @@ def test_the_official_sdk_reads_the_agent_stream(server: Server) -> None:
     answer = "".join(e["answer"] for e in events if e["event"] == "agent_message")
     assert answer == "Let me look. It is now; two files came back."
     assert seen["blocking"] == {"status": 400, "code": "invalid_param"}
+
+
+def test_suggested_questions_after_an_agents_answer(
+    server: Server, model: fake.FakeLLMServer
+) -> None:
+    end = _frames(_post(server, "streaming"))[-1]
+    headers = {"Authorization": f"Bearer {KEY}"}
+    reply = httpx.get(
+        f"{server.url}/v1/messages/{end['message_id']}/suggested",
+        params={"user": "ada"},
+        headers=headers,
+        timeout=30,
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {"result": "success", "data": ["And in Tokyo?", "What date?"]}
+    (asked,) = [r.json() for r in model.requests if "questions:" in r.body.decode()]
+    (message,) = asked["messages"]  # Dify's shape: one user prompt, no tools, no sampling
+    assert message["role"] == "user" and "tools" not in asked
+    assert message["content"].startswith(f"Human: {QUERY}\nAssistant: Let me look. It is now")
+    assert asked["temperature"] == 0 and asked["max_tokens"] == 256
+    typed = run_sdk("dify-client-python", "typed_client.py", "agent_suggested", server.url, KEY)
+    assert typed == ["And in Tokyo?", "What date?"]

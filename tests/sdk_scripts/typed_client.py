@@ -247,6 +247,16 @@ def agent_chat():
     }
 
 
+def agent_suggested():
+    request = models.ChatRequest(
+        query="What time is it?", inputs={}, response_mode=models.ResponseMode.STREAMING, user=USER
+    )
+    end = [e for e in client.chat_messages(request) if e.event == models.StreamEvent.MESSAGE_END]
+    reply = client.suggest_messages(end[-1].message_id, models.ChatSuggestRequest(user=USER))
+    assert isinstance(reply, models.ChatSuggestResponse) and reply.result == "success"
+    return reply.data
+
+
 def completion():
     request = models.CompletionRequest(
         inputs={"product": "blue mug", "words": 20},
