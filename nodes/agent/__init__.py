@@ -38,7 +38,12 @@ from firstgate.nodes.agent.strategies import Rounds, function_calling, react
 from firstgate.nodes.agent.tools import ToolEntry, bind
 from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError
 from firstgate.nodes.config import BaseNodeData
-from firstgate.nodes.llm.prompt import MemoryConfig, history_messages
+from firstgate.nodes.llm.prompt import (
+    MemoryConfig,
+    VisionConfig,
+    history_messages,
+    vision_selectors,
+)
 from firstgate.nodes.model_call import Invocation, ModelConfig, move_legacy_gate_params
 from firstgate.nodes.selectors import Selector, template_selectors
 from firstgate.nodes.spec import NodeSpec
@@ -67,6 +72,10 @@ class Data(BaseNodeData):
     agent_strategy_label: str = ""
     agent_parameters: dict[str, AgentInput] = Field(default_factory=dict)
     memory: MemoryConfig | None = None
+    # Not in Dify's agent node: an agent-chat app's `file_upload` images go to
+    # its model with the query, as Dify's agent runner sends them (built-in
+    # strategies; `runtime/dsl/app_modes` sets it).
+    vision: VisionConfig = Field(default_factory=VisionConfig)
     invocation: Invocation = Field(default_factory=Invocation)
 
     @model_validator(mode="before")
@@ -186,7 +195,7 @@ def selectors(data: Data) -> list[Selector]:
             found.append(tuple(item.value))
         elif isinstance(item.value, str):
             found.extend(template_selectors(item.value))
-    return found
+    return [*found, *vision_selectors(data.vision)]
 
 
 def needs(data: Data) -> Needs:
@@ -247,6 +256,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
         budgets=data.invocation.budgets(),
         tools=bind(data.tools, ctx.variables),
         maximum=data.maximum_iterations,
+        vision=data.vision,
     )
     strategy = function_calling if data.strategy == "function_calling" else react
     result = strategy(rounds, instruction, context, history, query)

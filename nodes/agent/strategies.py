@@ -32,6 +32,7 @@ from firstgate.common.files import File
 from firstgate.nodes.agent.tools import BoundTool, ToolRun, call
 from firstgate.nodes.base import AgentLogEntry, NodeContext
 from firstgate.nodes.llm.json_answer import read_json_object
+from firstgate.nodes.llm.prompt import VisionConfig, attach_vision
 from firstgate.nodes.model_call import ModelConfig, call_model
 from firstgate.plugin_daemon_client.invoke import (
     CallBudgets,
@@ -52,6 +53,13 @@ class Rounds:
     budgets: CallBudgets
     tools: dict[str, BoundTool]
     maximum: int
+    vision: VisionConfig | None = None
+
+    def with_images(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages with the turn's images on the last user message (vision on)."""
+        if self.vision is not None:
+            attach_vision(messages, self.vision, self.ctx.variables)
+        return messages
 
 
 @dataclass(slots=True)
@@ -168,6 +176,7 @@ def function_calling(
     system = _system("", instruction, context)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     messages += [*history, {"role": "user", "content": query}]
+    rounds.with_images(messages)  # the query's message stays in every round
     texts: list[str] = []
     specs = tuple(tool.spec for tool in rounds.tools.values())
     for number in range(1, rounds.maximum + 1):
@@ -298,7 +307,7 @@ def react(
         if last and scratchpad:
             prompt += f"\nNo more tools now: write the {FINAL_ANSWER} action."
         thought = _Log(rounds.ctx, f"{rounds.model.name} Thought", round_log)
-        asked = [*messages, {"role": "user", "content": prompt}]
+        asked = rounds.with_images([*messages, {"role": "user", "content": prompt}])
         reply = _ask(rounds, asked, stream_text=False, stop=["Observation:"])
         result.add(reply)
         action = read_action(reply.text)

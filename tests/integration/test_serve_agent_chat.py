@@ -44,6 +44,8 @@ def _app() -> dict[str, Any]:
         "tool_parameters": {},
     }
     app["model_config"]["suggested_questions_after_answer"] = {"enabled": True}
+    app["model_config"]["file_upload"]["image"]["enabled"] = True
+    app["model_config"]["file_upload"]["image"]["detail"] = "low"
     return app
 
 
@@ -208,3 +210,46 @@ def test_suggested_questions_after_an_agents_answer(
     assert asked["temperature"] == 0 and asked["max_tokens"] == 256
     typed = run_sdk("dify-client-python", "typed_client.py", "agent_suggested", server.url, KEY)
     assert typed == ["And in Tokyo?", "What date?"]
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"a tiny picture"
+
+
+def test_an_agent_apps_images_go_to_its_model_with_the_query(
+    server: Server, model: fake.FakeLLMServer
+) -> None:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    upload = httpx.post(
+        f"{server.url}/v1/files/upload",
+        files={"file": ("clock.png", PNG, "image/png")},
+        data={"user": "ada"},
+        headers=headers,
+        timeout=30,
+    )
+    assert upload.status_code == 201, upload.text
+    body = {
+        "inputs": {},
+        "query": "Which clock is this?",
+        "user": "ada",
+        "response_mode": "streaming",
+        "files": [
+            {
+                "type": "image",
+                "transfer_method": "local_file",
+                "upload_file_id": upload.json()["id"],
+            },
+            {"type": "image", "transfer_method": "remote_url", "url": "https://example.com/c.png"},
+        ],
+    }
+    before = len(model.requests)
+    reply = httpx.post(f"{server.url}/v1/chat-messages", json=body, headers=headers, timeout=30)
+    assert reply.status_code == 200, reply.text
+    assert _frames(reply)[-1]["event"] == "message_end"
+    rounds = [r.json() for r in model.requests[before:] if r.method == "POST"]
+    assert len(rounds) == 2  # the tools' round and the answer's
+    for asked in rounds:
+        query = [m for m in asked["messages"] if m["role"] == "user"][-1]
+        text, local, remote = query["content"]
+        assert text == {"type": "text", "text": "Which clock is this?"}
+        assert local["image_url"]["url"].startswith("data:image/png;base64,")
+        assert remote["image_url"] == {"url": "https://example.com/c.png", "detail": "low"}

@@ -314,6 +314,7 @@ class _Builder:
         agent = self.config.agent_mode
         model = self._model([])
         strategy = "ReAct" if agent.strategy == "react" else "function_calling"
+        upload = self.config.file_upload
         instruction = app_text(self.config.pre_prompt, variables_of(self.config), chat=True)
         parameters: dict[str, Any] = {
             "model": {
@@ -335,6 +336,7 @@ class _Builder:
             agent_strategy_name=strategy,
             agent_parameters=parameters,
             memory={"window": {"enabled": False}},
+            vision={"enabled": upload.images, "configs": {"detail": upload.image.detail}},
         )
 
     def _respond(self, node_id: str, selector: tuple[str, str]) -> None:
