@@ -11,11 +11,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from firstgate.runtime import RunOptions, RunResources, load_workflow
+from firstgate.runtime.settings import RuntimeSettings
+from firstgate.serve.agent_chat import AgentChatReply
+from firstgate.store import open_store
 
 from tests.fakes import llm_server as fake
 from tests.fakes import model_answers as ma
@@ -253,3 +258,51 @@ def test_an_agent_apps_images_go_to_its_model_with_the_query(
         assert text == {"type": "text", "text": "Which clock is this?"}
         assert local["image_url"]["url"].startswith("data:image/png;base64,")
         assert remote["image_url"] == {"url": "https://example.com/c.png", "detail": "low"}
+
+
+def test_a_react_agents_rounds_are_thoughts_too(tmp_path: Path) -> None:
+    """The same translation over a ReAct agent's events (no server needed)."""
+    raw = yaml.safe_load((CORPUS / "easy_agent_chat.yml").read_text())
+    raw["model_config"]["agent_mode"]["strategy"] = "react"
+    action = '{"action": "current_time", "action_input": {"timezone": "UTC"}}'
+    final = '{"action": "Final Answer", "action_input": "Noon in UTC."}'
+    scenario = ma.script(
+        [
+            (ma.mentions("Observation:"), ma.answer(f"Thought: I know\nAction: {final}")),
+            (ma.mentions("time"), ma.answer(f"Thought: check the clock\nAction: {action}")),
+        ]
+    )
+    with fake.FakeLLMServer([scenario]) as model:
+        settings = RuntimeSettings.model_validate(
+            {
+                "providers": {
+                    "m": {"kind": "openai-compatible", "base_url": model.base_url, "probe": "off"}
+                },
+                "default": "m",
+            }
+        )
+        store = open_store(tmp_path / "state.db")
+        try:
+            with RunResources.open(settings, store=store, loader=load_workflow) as resources:
+                run = load_workflow(raw, settings=settings).run(
+                    {}, RunOptions(query="What time is it?"), resources
+                )
+                events = [e.to_dict() for e in run]
+        finally:
+            store.close()
+    reply = AgentChatReply(SimpleNamespace(task_id="t1"))  # type: ignore[arg-type]
+    made = [m for e in events for m in reply.translate(json.loads(json.dumps(e)))]
+    thoughts = [m for m in made if m["event"] == "agent_thought"]
+    first, again, last = thoughts
+    assert first["tool"] == "current_time" and json.loads(first["tool_input"]) == {
+        "current_time": {"timezone": "UTC"}
+    }
+    assert "check the clock" in first["thought"] and first["observation"] == ""
+    assert again["id"] == first["id"] and "current_time" in json.loads(again["observation"])
+    assert last["position"] == 2 and last["tool"] == ""
+    answer = "".join(m["answer"] for m in made if m["event"] == "agent_message")
+    assert answer == "Noon in UTC." and made[-1]["event"] == "message_end"
+    # Another reader of the same stream (a resumed one) sees the same thought ids.
+    again_reader = AgentChatReply(SimpleNamespace(task_id="t1"))  # type: ignore[arg-type]
+    seen = [m for e in events for m in again_reader.translate(json.loads(json.dumps(e)))]
+    assert [m["id"] for m in seen if m["event"] == "agent_thought"] == [t["id"] for t in thoughts]
