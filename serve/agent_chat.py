@@ -62,7 +62,53 @@ class _Thought:
     tool_input: dict[str, Any] = field(default_factory=dict)
     observation: dict[str, Any] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
-    reported: bool = False
+
+    def shown(self) -> dict[str, Any]:
+        """What the stream's `agent_thought` and a message's `agent_thoughts` share."""
+        return {
+            "id": self.id,
+            "position": self.position,
+            "thought": self.thought,
+            "observation": _json(self.observation),
+            "tool": ";".join(self.tools),
+            # Dify falls back to the tool's name as its label in every language.
+            "tool_labels": {t: {"en_US": t, "zh_Hans": t} for t in self.tools},
+            "tool_input": _json(self.tool_input),
+        }
+
+    @classmethod
+    def stored(cls, noted: dict[str, Any]) -> _Thought:
+        """A round as the agent node keeps it in its process data."""
+        return cls(
+            _uuid(str(noted.get("id") or "")),
+            int(noted.get("position") or 0),
+            str(noted.get("thought") or ""),
+            [str(t) for t in noted.get("tools") or []],
+            dict(noted.get("tool_input") or {}),
+            dict(noted.get("observation") or {}),
+            [str(f) for f in noted.get("files") or []],
+        )
+
+
+def message_thoughts(
+    process_data: list[dict[str, Any]], message_id: str, created_at: int
+) -> list[dict[str, Any]]:
+    """A message's `agent_thoughts` (`GET /v1/messages`), from its agent node's rounds."""
+    found = []
+    for data in process_data:
+        for noted in data.get("agent_thoughts") or []:
+            if isinstance(noted, dict):
+                thought = _Thought.stored(noted)
+                found.append(
+                    {
+                        **thought.shown(),
+                        "chain_id": None,
+                        "message_id": message_id,
+                        "created_at": created_at,
+                        "files": thought.files,
+                    }
+                )
+    return found
 
 
 def _json(value: dict[str, Any]) -> str:
@@ -143,14 +189,7 @@ class AgentChatReply:
     def _thought(self, thought: _Thought) -> dict[str, Any]:
         return {
             **self._envelope("agent_thought"),
-            "id": thought.id,
-            "position": thought.position,
-            "thought": thought.thought,
-            "observation": _json(thought.observation),
-            "tool": ";".join(thought.tools),
-            # Dify falls back to the tool's name as its label in every language.
-            "tool_labels": {t: {"en_US": t, "zh_Hans": t} for t in thought.tools},
-            "tool_input": _json(thought.tool_input),
+            **thought.shown(),
             "message_files": list(thought.files),
         }
 

@@ -20,7 +20,7 @@ from firstgate.nodes.base import RoutePlanner
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.serve import bodies, uploads, webhooks
 from firstgate.serve.access_log import APP_ENVIRON_KEY
-from firstgate.serve.agent_chat import AGENT_CHAT_MODE, AgentChatReply
+from firstgate.serve.agent_chat import AGENT_CHAT_MODE, AgentChatReply, message_thoughts
 from firstgate.serve.agent_chat import blocking_refused as agent_blocking_refused
 from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.completion import CompletionBody, CompletionReply, not_completion_app
@@ -590,13 +590,22 @@ class ServiceApi(RecordsApi):
         except KeyError:
             raise not_found("serve.error.noFirstMessage") from None
         rated = self.context.store.ratings([m.id for m in page])
+        agent = app.mode == AGENT_CHAT_MODE
         return _json(
             {
                 "limit": query.limit,
                 "has_more": more,
-                "data": [message(m, rated.get(m.id)) for m in page],
+                "data": [
+                    message(m, rated.get(m.id), self._thoughts(m) if agent else []) for m in page
+                ],
             }
         )
+
+    def _thoughts(self, record: MessageRecord) -> list[dict[str, Any]]:
+        """An agent app's message's rounds, from its run's agent node."""
+        run = self.context.store.run(record.workflow_run_id) if record.workflow_run_id else None
+        agents = [n.process_data for n in run.nodes if n.node_type == "agent"] if run else []
+        return message_thoughts(agents, record.id, int(record.created_at))
 
     def _conversations(self, request: Request, app: App) -> Response:
         if not app.chat:
@@ -702,7 +711,11 @@ def chat_reply(handle: RunHandle, app: App, events: list[dict[str, Any]]) -> dic
     }
 
 
-def message(record: MessageRecord, rating: str | None = None) -> dict[str, Any]:
+def message(
+    record: MessageRecord,
+    rating: str | None = None,
+    agent_thoughts: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     return {
         "id": record.id,
         "conversation_id": record.conversation_id,
@@ -713,7 +726,7 @@ def message(record: MessageRecord, rating: str | None = None) -> dict[str, Any]:
         "message_files": [],
         "feedback": {"rating": rating} if rating else None,
         "retriever_resources": [],
-        "agent_thoughts": [],
+        "agent_thoughts": agent_thoughts or [],
         "created_at": int(record.created_at),
         "status": record.status,
         "error": record.error,

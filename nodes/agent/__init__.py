@@ -274,6 +274,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             "model_name": data.model.name,
             "rounds": result.rounds,
             "model_calls": result.calls,
+            "agent_thoughts": result.thoughts,
         },
     )
 

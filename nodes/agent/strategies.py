@@ -70,6 +70,24 @@ class AgentResult:
     usage: dict[str, int] = field(default_factory=dict)
     rounds: int = 0
     calls: list[dict[str, Any]] = field(default_factory=list)
+    # One record a round, kept in the node's process data: what an agent app's
+    # messages list as their `agent_thoughts` (`serve/agent_chat.py` shapes them).
+    thoughts: list[dict[str, Any]] = field(default_factory=list)
+
+    def note(
+        self, round_id: str, text: str, tools: list[str], tool_input: dict[str, Any]
+    ) -> dict[str, Any]:
+        noted = {
+            "id": round_id,
+            "position": len(self.thoughts) + 1,
+            "thought": text,
+            "tools": tools,
+            "tool_input": tool_input,
+            "observation": {},
+            "files": [],
+        }
+        self.thoughts.append(noted)
+        return noted
 
     def add(self, reply: ModelReply) -> None:
         self.calls.append(reply.process_data())
@@ -133,9 +151,27 @@ def _ask(
 
 
 def _run_tool(
-    rounds: Rounds, name: str, arguments: Any, round_log: _Log, result: AgentResult
+    rounds: Rounds,
+    name: str,
+    arguments: Any,
+    round_log: _Log,
+    result: AgentResult,
+    noted: dict[str, Any],
 ) -> str:
     """One tool call as the model asked for it; returns the observation."""
+    observation = _call_tool(rounds, name, arguments, round_log, result, noted)
+    noted["observation"][name] = observation
+    return observation
+
+
+def _call_tool(
+    rounds: Rounds,
+    name: str,
+    arguments: Any,
+    round_log: _Log,
+    result: AgentResult,
+    noted: dict[str, Any],
+) -> str:
     log = _Log(rounds.ctx, f"CALL {name}", round_log)
     tool = rounds.tools.get(name)
     if tool is None:
@@ -148,6 +184,7 @@ def _run_tool(
         return observation
     run = call(tool, arguments, rounds.ctx)
     result.took(run)
+    noted["files"] += [f.id for f in run.files]
     log.end(
         {
             "tool_call_name": name,
@@ -188,13 +225,12 @@ def function_calling(
         reply = _ask(rounds, messages, stream_text=True, tools=offered)
         result.add(reply)
         calls = reply.tool_calls if offered else ()
+        names = [c.name for c in calls]
+        # What an agent app's `agent_thought` shows before the tools run.
+        tool_input = {c.name: c.parsed_arguments() for c in calls}
+        noted = result.note(round_log.id, reply.text, names, tool_input)
         thought.end(
-            {
-                "output": reply.text,
-                "tool_calls": [c.name for c in calls],
-                # What an agent app's `agent_thought` shows before the tools run.
-                "tool_input": {c.name: c.parsed_arguments() for c in calls},
-            },
+            {"output": reply.text, "tool_calls": names, "tool_input": tool_input},
             tokens=(reply.usage_dict() or {}).get("total_tokens", 0),
         )
         texts.append(reply.text)
@@ -204,7 +240,7 @@ def function_calling(
         messages.append(_assistant_with_calls(reply.text, calls))
         for request in calls:
             observation = _run_tool(
-                rounds, request.name, request.parsed_arguments(), round_log, result
+                rounds, request.name, request.parsed_arguments(), round_log, result, noted
             )
             messages.append(
                 {
@@ -312,12 +348,15 @@ def react(
         result.add(reply)
         action = read_action(reply.text)
         acts = action is not None and action.name != FINAL_ANSWER and not last
+        names = [action.name] if acts and action else []
+        tool_input = {action.name: action.arguments} if acts and action else {}
+        noted = result.note(round_log.id, reply.text, names, tool_input)
         thought.end(
             {
                 "output": reply.text,
                 "action": action.name if action else None,
-                "tool_calls": [action.name] if acts and action else [],
-                "tool_input": {action.name: action.arguments} if acts and action else {},
+                "tool_calls": names,
+                "tool_input": tool_input,
             },
             tokens=(reply.usage_dict() or {}).get("total_tokens", 0),
         )
@@ -326,7 +365,7 @@ def react(
             final = _final_text(reply.text, final_action)
             round_log.end({"output": final})
             break
-        observation = _run_tool(rounds, action.name, action.arguments, round_log, result)
+        observation = _run_tool(rounds, action.name, action.arguments, round_log, result, noted)
         scratchpad += f"{reply.text.strip()}\nObservation: {observation}\n"
         round_log.end({"output": reply.text, "action": action.name})
     result.text = final

@@ -306,3 +306,28 @@ def test_a_react_agents_rounds_are_thoughts_too(tmp_path: Path) -> None:
     again_reader = AgentChatReply(SimpleNamespace(task_id="t1"))  # type: ignore[arg-type]
     seen = [m for e in events for m in again_reader.translate(json.loads(json.dumps(e)))]
     assert [m["id"] for m in seen if m["event"] == "agent_thought"] == [t["id"] for t in thoughts]
+
+
+def test_an_agent_apps_messages_list_their_thoughts(server: Server) -> None:
+    streamed = _frames(_post(server, "streaming"))
+    end = streamed[-1]
+    headers = {"Authorization": f"Bearer {KEY}"}
+    listed = httpx.get(
+        f"{server.url}/v1/messages",
+        params={"user": "ada", "conversation_id": end["conversation_id"]},
+        headers=headers,
+        timeout=30,
+    ).json()
+    (found,) = listed["data"]
+    first, last = found["agent_thoughts"]
+    live = [e for e in streamed if e["event"] == "agent_thought"]
+    # The same thoughts the stream showed: ids, positions, tools, results, files.
+    assert [first["id"], last["id"]] == [live[1]["id"], live[2]["id"]]
+    for stored, shown in ((first, live[1]), (last, live[2])):
+        for key in ("position", "thought", "tool", "tool_input", "observation", "tool_labels"):
+            assert stored[key] == shown[key], key
+        assert stored["files"] == shown["message_files"]
+        assert stored["message_id"] == end["message_id"] and stored["created_at"] > 0
+    assert len(first["files"]) == 2 and last["tool"] == ""
+    official = run_sdk("dify-client", "official_client.py", "agent_messages", server.url, KEY)
+    assert official["positions"] == [1, 2] and official["tools"] == ["current_time;everything", ""]

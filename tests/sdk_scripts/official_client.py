@@ -165,6 +165,17 @@ def agent_chat():
     }
 
 
+def agent_messages():
+    client = _client(ChatClient)
+    events = list(_events(client.create_chat_message({}, "What time is it?", USER, "streaming")))
+    conversation = events[-1]["conversation_id"]
+    listed = client.get_conversation_messages(USER, conversation)
+    listed.raise_for_status()
+    (found,) = listed.json()["data"]
+    thoughts = found["agent_thoughts"]
+    return {"positions": [t["position"] for t in thoughts], "tools": [t["tool"] for t in thoughts]}
+
+
 def completion():
     client = _client(CompletionClient)
     reply = client.create_completion_message({"product": "blue mug", "words": 20}, "blocking", USER)
