@@ -314,8 +314,8 @@ class RelationalStore(Store):
         tx.execute(
             "INSERT INTO workflow_runs (id, app_id, workflow_id, mode, user_id, conversation_id, "
             "status, inputs, outputs, error, elapsed_time, total_tokens, total_steps, "
-            "exceptions_count, created_at, finished_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "exceptions_count, created_at, finished_at, triggered_from) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.id,
                 run.app_id,
@@ -333,6 +333,7 @@ class RelationalStore(Store):
                 run.exceptions_count,
                 run.created_at,
                 run.finished_at,
+                run.triggered_from,
             ),
         )
         if run.nodes:
@@ -676,7 +677,7 @@ _CONVERSATION_COLUMNS = (
 )
 _RUN_COLUMNS = (
     "id, app_id, workflow_id, mode, user_id, status, inputs, outputs, error, elapsed_time, "
-    "total_tokens, total_steps, exceptions_count, created_at, finished_at"
+    "total_tokens, total_steps, exceptions_count, created_at, finished_at, triggered_from"
 )
 _FEEDBACK_COLUMNS = (
     "message_id, app_id, conversation_id, user_id, rating, content, created_at, updated_at"
@@ -709,6 +710,7 @@ def _run(
         finished_at=row[14],
         nodes=nodes,
         files=files,
+        triggered_from=row[15],
     )
 
 

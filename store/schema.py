@@ -127,6 +127,10 @@ _TEMPLATES: tuple[str, ...] = (
     );
     CREATE INDEX message_feedbacks_app ON message_feedbacks(app_id, updated_at);
     """,
+    # 4: how each run was started (Dify's `triggered_from`: app-run, webhook, schedule).
+    """
+    ALTER TABLE workflow_runs ADD COLUMN triggered_from TEXT NOT NULL DEFAULT 'app-run';
+    """,
 )
 
 

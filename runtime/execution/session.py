@@ -34,6 +34,7 @@ from firstgate.store.base import (
     MESSAGE_ERROR,
     MESSAGE_NORMAL,
     MESSAGE_STOPPED,
+    TRIGGERED_APP_RUN,
     FileRecord,
     MessageRecord,
     NodeExecutionRecord,
@@ -110,6 +111,8 @@ class RunOptions:
     # Whether the run is recorded in the store (a workflow tool's inner run is
     # part of its outer run's record).
     recorded: bool = True
+    # How it was started, as its record says (`store.base`'s TRIGGERED_*).
+    triggered_from: str = TRIGGERED_APP_RUN
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +297,7 @@ class RunSession:
             finished_at=time.time(),
             nodes=list(summary.nodes),
             files=[_file_record(name, f) for name, f in self.files],
+            triggered_from=self.options.triggered_from,
         )
 
 

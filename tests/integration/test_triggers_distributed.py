@@ -110,6 +110,8 @@ def test_a_webhook_call_is_queued_and_runs_on_a_worker(cluster: Cluster) -> None
     with httpx.Client(base_url=cluster.b.url, headers=headers, timeout=30) as api:
         record = api.get(f"/v1/workflows/run/{done[0]['id']}").json()
     assert record["outputs"]["summary"].startswith("shipped of 3")
+    # The worker recorded how the queued run was started.
+    assert done[0]["triggered_from"] == "webhook"
 
 
 def recorded_ticks(database: str) -> list[RunRecord]:
@@ -161,4 +163,5 @@ def test_two_api_processes_fire_each_tick_once(cluster: Cluster) -> None:
     # ...and each claimed tick is exactly one run, executed on the worker.
     assert len(runs) == len(keys), (len(runs), len(keys))
     assert all(r.status == "succeeded" for r in runs)
+    assert {r.triggered_from for r in runs} == {"schedule"}
     assert None not in owners
