@@ -51,6 +51,7 @@ class RunRequest:
     root: str | None = None
     task_id: str = field(default_factory=_new_id)
     workflow_run_id: str = field(default_factory=_new_id)
+    traceparent: str | None = None  # the caller's W3C trace context
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,6 +105,7 @@ class Launcher:
                 run_id=request.workflow_run_id,
                 task_id=request.task_id,
                 root=request.root,
+                traceparent=request.traceparent,
             )
             return app.workflow.run(inputs, options, self.resources)
 

@@ -133,6 +133,7 @@ class Inbox:
             connectors=shared.connectors,
             history=shared.history,
             on_dispatcher=on_dispatcher,
+            trace=report.attempt_context(execution),
         )
 
     def _on_retry(self, execution: Execution) -> OnRetry:

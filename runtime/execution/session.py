@@ -110,6 +110,9 @@ class RunOptions:
     # Whether the run is recorded in the store (a workflow tool's inner run is
     # part of its outer run's record).
     recorded: bool = True
+    # The caller's W3C `traceparent` (serve's request header): the run's trace
+    # continues the caller's; malformed or None starts a new one.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
