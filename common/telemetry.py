@@ -100,7 +100,13 @@ class Tracing:
 
     def close(self) -> None:
         uninstall(self)
-        self._processor.shutdown(timeout_millis=SHUTDOWN_TIMEOUT_MS)
+        # The SDK's own shutdown waits up to 30 s for a collector that hangs; its
+        # batch processor takes a bound (a private attribute: the public call has none).
+        inner = getattr(self._processor, "_batch_processor", None)
+        if inner is not None:
+            inner.shutdown(timeout_millis=SHUTDOWN_TIMEOUT_MS)
+        else:
+            self._processor.shutdown()
 
 
 class _LoggedOnce:
