@@ -90,6 +90,16 @@ class _Series:
         self.dead_letters = Counter(
             "firstgate_dead_letters", "Broker messages that were not runs", registry=registry
         )
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, kept: the library's lookup (a lock, checks)
+        is most of what recording costs on a run's path."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
 
 _lock = threading.Lock()
@@ -146,37 +156,37 @@ def exposition() -> bytes:
 
 def run_ended(app: str, status: str) -> None:
     if (s := _series) is not None:
-        s.runs.labels(app, status).inc()
+        s.child(s.runs, app, status).inc()
 
 
 def node_ended(node_type: str, seconds: float) -> None:
     if (s := _series) is not None:
-        s.node_seconds.labels(node_type).observe(seconds)
+        s.child(s.node_seconds, node_type).observe(seconds)
 
 
 def first_token(route: str, seconds: float) -> None:
     if (s := _series) is not None:
-        s.ttft.labels(route).observe(seconds)
+        s.child(s.ttft, route).observe(seconds)
 
 
 def gate_trip(cause: str) -> None:
     if (s := _series) is not None:
-        s.gate_trips.labels(cause).inc()
+        s.child(s.gate_trips, cause).inc()
 
 
 def probe_verdict(route: str, verdict: str) -> None:
     if (s := _series) is not None:
-        s.probe_verdicts.labels(route, verdict).inc()
+        s.child(s.probe_verdicts, route, verdict).inc()
 
 
 def retry(node_type: str) -> None:
     if (s := _series) is not None:
-        s.retries.labels(node_type).inc()
+        s.child(s.retries, node_type).inc()
 
 
 def fallback(kind: str, reason: str) -> None:
     if (s := _series) is not None:
-        s.fallbacks.labels(kind, reason).inc()
+        s.child(s.fallbacks, kind, reason).inc()
 
 
 def stream_opened() -> None:
@@ -191,7 +201,7 @@ def stream_closed() -> None:
 
 def lease_reaped(outcome: str) -> None:
     if (s := _series) is not None:
-        s.lease_reaps.labels(outcome).inc()
+        s.child(s.lease_reaps, outcome).inc()
 
 
 def dead_letter() -> None:

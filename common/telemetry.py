@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,6 +45,9 @@ log = logging.getLogger("firstgate.telemetry")
 EXPORT_TIMEOUT_S = 5.0
 # How long closing waits for the last spans to leave.
 SHUTDOWN_TIMEOUT_MS = 2000
+# After an export failed, runs make no spans for this long (a dead collector
+# costs them nothing); the first run after it tries the collector again.
+RETRY_AFTER_S = 30.0
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 _QUIET_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http",
@@ -86,7 +90,7 @@ class Tracing:
         inner = exporter or OTLPSpanExporter(
             endpoint=config.endpoint, headers=dict(config.headers), timeout=EXPORT_TIMEOUT_S
         )
-        self.exporter = _LoggedOnce(inner, config.endpoint)
+        self.exporter = _GuardedExporter(inner, config.endpoint)
         self._processor = BatchSpanProcessor(self.exporter)
         self._provider = TracerProvider(
             resource=Resource.create({"service.name": config.service_name}),
@@ -94,6 +98,11 @@ class Tracing:
         )
         self._provider.add_span_processor(self._processor)
         self.tracer: Tracer = self._provider.get_tracer("firstgate")
+
+    @property
+    def recording(self) -> bool:
+        """False while the collector is known to be failing (see `RETRY_AFTER_S`)."""
+        return not self.exporter.suspended
 
     def flush(self, timeout_ms: int = SHUTDOWN_TIMEOUT_MS) -> bool:
         return bool(self._processor.force_flush(timeout_ms))
@@ -109,15 +118,24 @@ class Tracing:
             self._processor.shutdown()
 
 
-class _LoggedOnce:
-    """The OTLP exporter, its failures logged once (then again only after it
-    recovered and failed anew); it never raises into the export thread."""
+_logged: set[str] = set()  # endpoints whose failure was logged (once per process)
+
+
+class _GuardedExporter:
+    """The OTLP exporter: it never raises into the export thread; a failure is
+    logged once per endpoint and process (again only after it recovered and
+    failed anew) and suspends recording for `RETRY_AFTER_S`."""
 
     def __init__(self, inner: SpanExporter, endpoint: str) -> None:
         self._inner = inner
         self._endpoint = endpoint
-        self._failing = False
+        self._failed_at: float | None = None
         self.failures = 0  # batches dropped (read by tests and the bench)
+
+    @property
+    def suspended(self) -> bool:
+        failed = self._failed_at
+        return failed is not None and time.monotonic() - failed < RETRY_AFTER_S
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         from opentelemetry.sdk.trace.export import SpanExportResult
@@ -127,11 +145,13 @@ class _LoggedOnce:
         except Exception:  # noqa: BLE001 - a broken collector must not kill the export thread
             result = SpanExportResult.FAILURE
         if result is SpanExportResult.SUCCESS:
-            self._failing = False
+            self._failed_at = None
+            _logged.discard(self._endpoint)
             return result
         self.failures += 1
-        if not self._failing:
-            self._failing = True
+        self._failed_at = time.monotonic()
+        if self._endpoint not in _logged:
+            _logged.add(self._endpoint)
             from firstgate.locales import t
 
             log.warning(t("errors.telemetry.exportFailed", None, endpoint=self._endpoint))
@@ -164,15 +184,26 @@ def uninstall(tracing: Tracing) -> None:
             _active = None
 
 
+def use(tracing: Tracing | None) -> None:
+    """Make `tracing` (installed before) the process's again, or none (the benchmark)."""
+    global _active
+    with _lock:
+        _active = tracing
+
+
 def active() -> Tracing | None:
-    """The installed tracing, or None (tracing is off)."""
-    return _active
+    """The installed tracing, or None: tracing is off, or suspended while its
+    collector is failing."""
+    tracing = _active
+    if tracing is None or not tracing.recording:
+        return None
+    return tracing
 
 
 def parent_from_traceparent(value: object) -> Context | None:
     """The remote parent a W3C `traceparent` header names; None when tracing is
     off or the header is missing or malformed (the run starts a new trace)."""
-    if _active is None or not isinstance(value, str):
+    if active() is None or not isinstance(value, str):
         return None
     value = value.strip().lower()
     if not _TRACEPARENT.match(value) or value.startswith("ff"):
@@ -188,7 +219,7 @@ def parent_from_traceparent(value: object) -> Context | None:
 
 def inject(headers: MutableMapping[str, str]) -> None:
     """Add the current span's `traceparent` (and `tracestate`) to `headers`."""
-    tracing = _active
+    tracing = active()
     if tracing is None or not tracing.propagate:
         return
     from opentelemetry import propagate
@@ -199,7 +230,7 @@ def inject(headers: MutableMapping[str, str]) -> None:
 def with_traceparent(headers: Mapping[str, str]) -> Mapping[str, str]:
     """`headers` plus the current span's `traceparent` (a copy); the same object
     when tracing or propagation is off, or no span is current."""
-    tracing = _active
+    tracing = active()
     if tracing is None or not tracing.propagate:
         return headers
     from opentelemetry import propagate
@@ -239,7 +270,7 @@ def activated(context: Context | None) -> Iterator[None]:
 def client_span(name: str, attributes: Mapping[str, Any]) -> Iterator[Span | None]:
     """A client span under the current span (None when tracing is off); an
     exception leaving the block marks it failed with its type, never its text."""
-    tracing = _active
+    tracing = active()
     if tracing is None:
         yield None
         return

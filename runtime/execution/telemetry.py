@@ -196,18 +196,20 @@ class RunTelemetry:
         span = self._spans.pop(execution.id, None)
         if span is None:
             return
-        span.set_attribute("firstgate.node.status", event.status)
+        attributes: dict[str, Any] = {"firstgate.node.status": event.status}
         attempt = getattr(event, "attempt", None)
         if attempt is not None:
-            span.set_attribute("firstgate.node.attempts", attempt)
-        tokens = event.execution_metadata.get("total_tokens")
+            attributes["firstgate.node.attempts"] = attempt
+        metadata = event.execution_metadata
+        tokens = metadata.get("total_tokens")
         if tokens:
-            span.set_attribute("firstgate.node.total_tokens", int(tokens))
-        strategy = event.execution_metadata.get("error_strategy")
+            attributes["firstgate.node.total_tokens"] = int(tokens)
+        strategy = metadata.get("error_strategy")
         if strategy:
-            span.set_attribute("firstgate.node.error_strategy", strategy)
+            attributes["firstgate.node.error_strategy"] = strategy
         if event.error_type:
-            span.set_attribute("error.type", event.error_type)
+            attributes["error.type"] = event.error_type
+        span.set_attributes(attributes)
         if event.status in ("failed", "stopped"):
             _failed(span, event.error_type or event.status)
         if self._tracing is not None and self._tracing.capture_content:
