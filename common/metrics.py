@@ -18,8 +18,9 @@ causes), never ids or free text.
 
 from __future__ import annotations
 
+import bisect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -31,26 +32,26 @@ class _Series:
     """The metric objects, on a registry of their own (not the library's global one)."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge
 
         self.registry = registry = CollectorRegistry()
         self.runs = Counter(
             "firstgate_runs", "Runs ended, by app and status", ("app", "status"), registry=registry
         )
-        self.node_seconds = Histogram(
+        self.node_seconds = _Histogram(
             "firstgate_node_duration_seconds",
             "Node execution durations, by node type",
-            ("node_type",),
-            buckets=_DURATION_BUCKETS,
-            registry=registry,
+            "node_type",
+            _DURATION_BUCKETS,
         )
-        self.ttft = Histogram(
+        self.ttft = _Histogram(
             "firstgate_time_to_first_token_seconds",
             "Time from sending a model request to its first content token, by route",
-            ("route",),
-            buckets=_TTFT_BUCKETS,
-            registry=registry,
+            "route",
+            _TTFT_BUCKETS,
         )
+        registry.register(self.node_seconds)
+        registry.register(self.ttft)
         self.gate_trips = Counter(
             "firstgate_gate_trips",
             "Model streams the gate ended, by cause",
@@ -100,6 +101,46 @@ class _Series:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+
+class _Histogram:
+    """A histogram with one label, kept in plain lists under one lock: the
+    library's costs about 2 µs an observation, and node durations are observed
+    on the path of every node (about 0.4 µs here). A collector of the registry."""
+
+    def __init__(
+        self, name: str, documentation: str, label: str, buckets: tuple[float, ...]
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.label = label
+        self._bounds = buckets
+        self._rows: dict[str, list[float]] = {}  # label -> counts per bucket, +Inf, sum
+        self._lock = threading.Lock()
+
+    def observe(self, value: str, amount: float) -> None:
+        slot = bisect.bisect_left(self._bounds, amount)  # the first bound >= amount
+        with self._lock:
+            row = self._rows.get(value)
+            if row is None:
+                row = self._rows[value] = [0.0] * (len(self._bounds) + 2)
+            row[slot] += 1
+            row[-1] += amount
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import HistogramMetricFamily
+
+        family = HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
+        with self._lock:
+            rows = {value: list(row) for value, row in self._rows.items()}
+        for value, row in rows.items():
+            buckets: list[tuple[str, float]] = []
+            total = 0.0
+            for bound, count in zip((*map(str, self._bounds), "+Inf"), row[:-1], strict=True):
+                total += count
+                buckets.append((bound, total))
+            family.add_metric([value], buckets, sum_value=row[-1])
+        yield family
 
 
 _lock = threading.Lock()
@@ -161,12 +202,12 @@ def run_ended(app: str, status: str) -> None:
 
 def node_ended(node_type: str, seconds: float) -> None:
     if (s := _series) is not None:
-        s.child(s.node_seconds, node_type).observe(seconds)
+        s.node_seconds.observe(node_type, seconds)
 
 
 def first_token(route: str, seconds: float) -> None:
     if (s := _series) is not None:
-        s.child(s.ttft, route).observe(seconds)
+        s.ttft.observe(route, seconds)
 
 
 def gate_trip(cause: str) -> None:

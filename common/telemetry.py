@@ -24,7 +24,6 @@ Content (prompts, answers, node inputs and outputs) goes into spans only when
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
@@ -48,7 +47,6 @@ SHUTDOWN_TIMEOUT_MS = 2000
 # After an export failed, runs make no spans for this long (a dead collector
 # costs them nothing); the first run after it tries the collector again.
 RETRY_AFTER_S = 30.0
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 _QUIET_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http",
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
@@ -204,9 +202,6 @@ def parent_from_traceparent(value: object) -> Context | None:
     """The remote parent a W3C `traceparent` header names; None when tracing is
     off or the header is missing or malformed (the run starts a new trace)."""
     if active() is None or not isinstance(value, str):
-        return None
-    value = value.strip().lower()
-    if not _TRACEPARENT.match(value) or value.startswith("ff"):
         return None
     from opentelemetry import trace
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
