@@ -24,13 +24,10 @@ from urllib.parse import urlsplit
 from firstgate.common.dsl import SettingsModel, dsl_error
 from firstgate.common.redaction import has_credentials, redact_url
 from firstgate.common.telemetry import TracingConfig
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 
-class TelemetrySettings(DslModel):
-    # A misspelt key would silently turn tracing off: unknown keys are refused here.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class TelemetrySettings(SettingsModel):
     otlp_endpoint: str | None = None
     headers_env: dict[str, str] = Field(default_factory=dict)
     service_name: str = Field(default="firstgate", min_length=1, max_length=200)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from firstgate.common import telemetry
-from firstgate.runtime.dsl.problems import DslError
+from firstgate.common.problems import DslError
 from firstgate.runtime.settings import load_settings
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
