@@ -22,6 +22,7 @@ from bench.common import patch_gevent_if_asked
 patch_gevent_if_asked()
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -136,6 +137,7 @@ def main() -> None:
         for _ in range(args.rounds):
             spent: dict[str, float] = {}
             for name, (start, stop) in modes.items():
+                gc.collect()  # the garbage of the mode before (a thousand spans) is not this one's
                 start()
                 cpu = time.process_time()
                 one_run(workflow, options, resources)
