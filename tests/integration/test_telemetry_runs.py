@@ -187,3 +187,21 @@ def test_the_runs_facts_reach_the_metrics() -> None:
     assert metrics.sample("firstgate_time_to_first_token_seconds_count", {"route": "backup"}) == 1
     assert metrics.sample("firstgate_node_duration_seconds_count", {"node_type": "llm"}) == 1
     assert b"firstgate_gate_trips_total" in metrics.exposition()
+
+
+def test_a_code_nodes_job_is_a_span_under_the_node(spans: InMemorySpanExporter) -> None:
+    code = {
+        "code_language": "python3",
+        "code": "def main():\n    return {'y': 21 * 2}\n",
+        "variables": [],
+        "outputs": {"y": {"type": "number", "children": None}},
+    }
+    document = chain_flow([("calc", "code", code)], {"y": ["calc", "y"]})
+    done = final(list(load_workflow(document).run({})))
+    assert done.outputs == {"y": 42}, done
+    telemetry.active().flush()  # type: ignore[union-attr]
+    finished = spans.get_finished_spans()
+    (node,) = [s for s in finished if s.attributes.get("firstgate.node.id") == "calc"]
+    (job,) = [s for s in finished if s.name == "code python3"]
+    assert job.parent.span_id == node.context.span_id
+    assert job.attributes["firstgate.code.executor"] == "ProcessSandbox"
