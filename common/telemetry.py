@@ -12,8 +12,8 @@ What this module owns, so that no other module repeats it:
   costs the run nothing, and its failure is logged once (the SDK's own
   per-batch warnings are silenced);
 - W3C trace context: `parent_from_traceparent` (a malformed header is
-  ignored: a new trace starts) and `inject` (the `traceparent` of the
-  current span into an outgoing request's headers, unless `propagate` is off);
+  ignored: a new trace starts) and `with_traceparent` (the current span's
+  `traceparent` on an outgoing request's headers, unless `propagate` is off);
 - the context a node attempt runs in (`activated`), so the model-call layer
   and the HTTP client find their parent span without being handed it.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -210,16 +210,6 @@ def parent_from_traceparent(value: object) -> Context | None:
     if not trace.get_current_span(context).get_span_context().is_valid:
         return None
     return context
-
-
-def inject(headers: MutableMapping[str, str]) -> None:
-    """Add the current span's `traceparent` (and `tracestate`) to `headers`."""
-    tracing = active()
-    if tracing is None or not tracing.propagate:
-        return
-    from opentelemetry import propagate
-
-    propagate.inject(headers)
 
 
 def with_traceparent(headers: Mapping[str, str]) -> Mapping[str, str]:

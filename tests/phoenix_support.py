@@ -6,6 +6,7 @@ read back through its REST API (`GET /v1/projects/{project}/spans`)."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -124,4 +125,4 @@ def phoenix_server() -> Iterator[Phoenix]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        subprocess.run(["rm", "-rf", str(workdir)], check=False)
+        shutil.rmtree(workdir, ignore_errors=True)
