@@ -120,6 +120,7 @@ def _rules() -> Map:
             Rule("/v1/files/upload", endpoint="upload", methods=["POST"]),
             Rule("/v1/workflows/run", endpoint="run_workflow", methods=["POST"]),
             Rule("/v1/workflows/run/<run_id>", endpoint="workflow_run", methods=["GET"]),
+            Rule("/v1/workflows/run/<run_id>/timeline", endpoint="run_timeline", methods=["GET"]),
             Rule("/v1/workflows/tasks/<task_id>/stop", endpoint="stop", methods=["POST"]),
             Rule("/v1/workflow/<run_id>/events", endpoint="run_events", methods=["GET"]),
             Rule("/v1/chat-messages", endpoint="chat", methods=["POST"]),
@@ -753,6 +754,9 @@ def message(
         "created_at": int(record.created_at),
         "status": record.status,
         "error": record.error,
+        # Not in Dify's Service API (its console API has it): the run console opens
+        # a turn's timeline by it.
+        "workflow_run_id": record.workflow_run_id,
     }
 
 

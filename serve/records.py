@@ -27,6 +27,7 @@ from firstgate.serve.errors import (
     not_found,
 )
 from firstgate.serve.file_links import preview_headers
+from firstgate.serve.timeline import replay
 from firstgate.store.base import (
     TRIGGERED_APP_RUN,
     ConversationRecord,
@@ -263,6 +264,29 @@ class RecordsApi:
                 "data": [_run_log(r) for r in page],
             }
         )
+
+    def _run_timeline(self, request: Request, app: App, run_id: str) -> Response:
+        """firstgate's `GET /v1/workflows/run/{id}/timeline` (the run console's): a
+        recorded run of the app (any mode; a chat turn's too) with its events, each
+        with `t`, its seconds since the run's start (`serve/timeline.py`)."""
+        record = self._store.run(run_id)
+        if record is None or record.app_id != app.workflow.app_id:
+            raise not_found("serve.error.noRun")
+        run = {
+            "id": record.id,
+            "mode": record.mode,
+            "status": record.status,
+            "inputs": record.inputs,
+            "outputs": record.outputs,
+            "error": record.error,
+            "elapsed_time": record.elapsed_time,
+            "total_tokens": record.total_tokens,
+            "total_steps": record.total_steps,
+            "exceptions_count": record.exceptions_count,
+            "created_at": int(record.created_at),
+            "finished_at": int(record.finished_at),
+        }
+        return _reply({"run": run, "events": replay(self._store, record)})
 
     # ---- conversation names and variables
 

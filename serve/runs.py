@@ -31,6 +31,7 @@ from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.serve.apps import App
 from firstgate.serve.errors import dump_json
 from firstgate.serve.launch import Launcher, RunRequest
+from firstgate.serve.timeline import TimelineRecorder
 
 log = logging.getLogger("firstgate.serve")
 
@@ -198,9 +199,19 @@ def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -
     """Publish every event of `run` into `stream`, end the stream with the run's last
     event, then call `on_end` (after the engine's own clean-up)."""
     last = _last_event(run)
+    session = run.session
+    store = session.store if session.options.recorded else None
+    timeline = TimelineRecorder()
+    kept = False
     try:
         for event in run:
             wire = event.to_dict()
+            timeline.see(wire)
+            if store is not None and not kept and wire["event"] in last:
+                # Kept before the last event goes out (the run's record is written
+                # by then): a reader that asks for the timeline at the end finds it.
+                timeline.save(store, run.run_id)
+                kept = True
             stream.publish(wire)
             if wire["event"] in last:
                 stream.end()
@@ -209,6 +220,8 @@ def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -
         stream.publish(_internal_error(run))
     finally:
         stream.end()
+        if not kept and store is not None and store.run(run.run_id) is not None:
+            timeline.save(store, run.run_id)
         on_end()
 
 

@@ -290,6 +290,15 @@ class Store(ABC):
     def run(self, run_id: str) -> RunRecord | None: ...
 
     @abstractmethod
+    def record_timeline(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
+        """Keep the timeline of a recorded run (its node events, each with its time
+        `t`), replacing one kept before."""
+
+    @abstractmethod
+    def timeline(self, run_id: str) -> list[dict[str, Any]] | None:
+        """The timeline kept for a run, or None."""
+
+    @abstractmethod
     def run_page(
         self,
         *,

@@ -28,7 +28,7 @@ import socket
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -395,6 +395,21 @@ class RelationalStore(Store):
             ]
         return _run(row, nodes, files)
 
+    def record_timeline(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
+        with self.db.transaction() as tx:
+            tx.execute("DELETE FROM run_timelines WHERE workflow_run_id = ?", (run_id,))
+            tx.execute(
+                "INSERT INTO run_timelines (workflow_run_id, events, created_at) VALUES (?, ?, ?)",
+                (run_id, _dump(list(events)), time.time()),
+            )
+
+    def timeline(self, run_id: str) -> list[dict[str, Any]] | None:
+        with self.db.read() as tx:
+            row = tx.execute(
+                "SELECT events FROM run_timelines WHERE workflow_run_id = ?", (run_id,)
+            ).fetchone()
+        return None if row is None else list(_load(row[0]) or [])
+
     def run_page(
         self,
         *,
@@ -537,6 +552,8 @@ class RelationalStore(Store):
                 "DELETE FROM node_executions WHERE workflow_run_id IN "
                 "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
                 "DELETE FROM files WHERE workflow_run_id IN "
+                "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
+                "DELETE FROM run_timelines WHERE workflow_run_id IN "
                 "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
                 "DELETE FROM workflow_runs WHERE conversation_id = ?",
                 "DELETE FROM conversation_variables WHERE conversation_id = ?",

@@ -131,6 +131,14 @@ _TEMPLATES: tuple[str, ...] = (
     """
     ALTER TABLE workflow_runs ADD COLUMN triggered_from TEXT NOT NULL DEFAULT 'app-run';
     """,
+    # 5: a run's timeline (when each node event happened, what it said), for the console.
+    """
+    CREATE TABLE run_timelines (
+        workflow_run_id TEXT PRIMARY KEY REFERENCES workflow_runs(id) ON DELETE CASCADE,
+        events TEXT NOT NULL,
+        created_at {real} NOT NULL
+    );
+    """,
 )
 
 

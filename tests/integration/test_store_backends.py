@@ -213,3 +213,20 @@ def test_a_url_of_another_database_is_refused_by_name() -> None:
         open_store("mysql://root:pw@localhost/db")
     assert refused.value.message_key == "errors.store.unknownUrl"
     assert "pw" not in str(refused.value)
+
+
+def test_a_runs_timeline_is_kept_replaced_and_removed_with_its_conversation(store: Store) -> None:
+    store.record_run(_run("r1"))
+    assert store.timeline("r1") is None
+    events = [{"event": "node_started", "t": 0.25, "data": {"id": "n1", "title": "Writer"}}]
+    store.record_timeline("r1", events)
+    assert store.timeline("r1") == events
+    store.record_timeline("r1", [*events, {"event": "workflow_finished", "t": 1.5}])
+    assert [e["event"] for e in store.timeline("r1") or []] == ["node_started", "workflow_finished"]
+    with pytest.raises(Exception):  # noqa: B017 - each driver names it its own way
+        store.record_timeline("no-such-run", events)  # only a recorded run keeps one
+    _finish(_turn(store, "c1"), "q", "a")
+    turn_run = store.messages("c1")[0].workflow_run_id
+    store.record_timeline(turn_run, events)
+    assert store.delete_conversation("c1", app_id=APP, user_id=USER)
+    assert store.timeline(turn_run) is None
