@@ -1,23 +1,36 @@
 """The run console in a real browser: headless Chromium (Debian's chromium and
 chromium-driver) driven through selenium's WebDriver client, against a real
-`firstgate serve` process and a fake model process. A chatflow over two turns,
-a workflow with a file input, and the stop button. Screenshots are kept under
-`FIRSTGATE_ARTIFACTS` (`.ci/run` prints where)."""
+`firstgate serve` process and a fake model process (one route up, one down).
+
+The tests read what the page shows: the waterfall's rows (node names, types,
+statuses, token counts, a retry said once, the error with what handled it,
+rounds under their iteration), the run summary, the end outputs by name, a
+node opened (its prompt with the secret as `***`), the required-input check,
+the page cleared on an app change and on a failed request, the run history
+filtered by status and an old run opened from the store, a chat app's
+conversations, and the easy app modes (chat, completion). Screenshots are
+kept under `FIRSTGATE_ARTIFACTS` (`.ci/run` prints where)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+import yaml
+from firstgate.connectors.local_index import LocalIndex
 
-from tests.serve_support import KEYS, Server, echo_model, serve
+from tests.serve_support import APPS, Server, echo_model, serve
 
 pytestmark = pytest.mark.slow
 
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(
     os.environ.get("FIRSTGATE_ARTIFACTS", Path(tempfile.gettempdir()) / "firstgate-artifacts")
 )
@@ -29,14 +42,58 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1400,1000",
+    "--window-size=1600,1400",
 )
+KEYS = {
+    "chat": "chat-key-0123456789",
+    "story": "story-key-0123456789",
+    "review": "review-key-0123456789",
+    "easy_chat_advanced": "easy-chat-key-0123456789",
+    "easy_completion": "write-key-0123456789",
+}
+SECRET = "sk-console-secret-42"  # review.yml's secret environment variable
+PLAN = json.dumps({"steps": ["a", "b"]})
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with echo_model() as base_url, serve(tmp_path_factory.mktemp("console"), base_url) as running:
-        yield running
+    tmp = tmp_path_factory.mktemp("console")
+    apps = tmp / "apps"
+    apps.mkdir()
+    for source in (
+        APPS / "chat.yml",
+        APPS / "story.yml",
+        ROOT / "tests" / "console_apps" / "review.yml",
+        ROOT / "tests" / "corpus" / "easy_chat_advanced.yml",
+        ROOT / "tests" / "corpus" / "easy_completion.yml",
+    ):
+        shutil.copy(source, apps / source.name)
+    docs = tmp / "docs"
+    docs.mkdir()
+    (docs / "mugs.md").write_text("The blue mug holds 300 ml and survives the dishwasher.\n")
+    index = LocalIndex(tmp / "kb.sqlite", create=True)
+    index.update(docs)
+    index.close()
+    with echo_model() as base_url:
+        settings = tmp / "settings.yaml"
+        settings.write_text(
+            yaml.safe_dump(
+                {
+                    "providers": {
+                        "local": {"kind": "openai-compatible", "base_url": base_url},
+                        # Nothing listens on the discard port: the critic's route is down.
+                        "dead": {"kind": "openai-compatible", "base_url": "http://127.0.0.1:9/v1"},
+                    },
+                    "default": "local",
+                    "knowledge": {
+                        "datasets": {"6f1c9a": {"kind": "local", "index": str(tmp / "kb.sqlite")}}
+                    },
+                }
+            )
+        )
+        extra = ("--models", str(settings))
+        with serve(tmp, base_url, apps=apps, keys=KEYS, extra=extra) as running:
+            yield running
 
 
 @pytest.fixture
@@ -82,8 +139,9 @@ def _open_app(driver, server: Server, stem: str) -> None:  # type: ignore[no-unt
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    driver.get(server.url + "/")
-    _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#app option")) == 2)
+    if not driver.current_url.startswith(server.url):
+        driver.get(server.url + "/")
+    _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#app option")) == len(KEYS))
     Select(driver.find_element(By.ID, "app")).select_by_value(stem)
     key = driver.find_element(By.ID, "key")
     key.clear()
@@ -91,7 +149,220 @@ def _open_app(driver, server: Server, stem: str) -> None:  # type: ignore[no-unt
     driver.execute_script("document.getElementById('key').dispatchEvent(new Event('change'))")
 
 
-def test_a_chatflow_streams_its_answer_and_keeps_the_conversation(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+def _text(driver, css: str) -> str:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.CSS_SELECTOR, css).text
+
+
+def _rows(driver) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
+    """Every node row of the waterfall, in page order, as the page shows it."""
+    return driver.execute_script(
+        """
+        return [...document.querySelectorAll('#rows .node')].map((n) => ({
+          id: n.dataset.id,
+          name: n.querySelector(':scope > details > summary .name').textContent,
+          type: n.querySelector(':scope > details > summary .type').textContent,
+          status: n.querySelector(':scope > details > summary .status').textContent,
+          metrics: n.querySelector(':scope > details > summary .metrics').innerText,
+          time: n.querySelector(':scope > details > summary .time').textContent,
+          notes: n.querySelector(':scope > .notes').innerText,
+          marks: [...n.querySelectorAll(':scope > details > summary .mark')].map((m) => m.className),
+          round: n.parentElement.classList.contains('round') ? n.parentElement.dataset.round : '',
+        }));
+        """
+    )
+
+
+def _summary(driver) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return driver.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#summary dd')]"
+        ".map((d) => [d.dataset.field, d.textContent]))"
+    )
+
+
+def _outputs(driver) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return driver.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#outputs dt')]"
+        ".map((t) => [t.textContent, t.nextElementSibling.textContent]))"
+    )
+
+
+def _fill_review(driver, topic: str) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    _wait(driver, lambda d: d.find_elements(By.NAME, "plan"))
+    driver.find_element(By.NAME, "topic").send_keys(topic)
+    driver.find_element(By.NAME, "plan").send_keys(PLAN)
+
+
+def _history(driver) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#history li')].map((l) => "
+        "({run: l.dataset.run || '', status: l.dataset.status || '', "
+        "conversation: l.dataset.conversation || '', text: l.textContent}))"
+    )
+
+
+def test_a_run_shows_its_waterfall_summary_outputs_and_what_handled_each_error(
+    browser, server: Server
+) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    _open_app(browser, server, "review")
+    _fill_review(browser, "[flaky] paper boats")
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, lambda d: _text(d, "#status") == "partial-succeeded")
+    rows = _rows(browser)
+    assert [r["name"] for r in rows] == [
+        "Start", "Writer", "Critic", "Apology", "Each step", "Shout", "Shout", "End",
+    ]  # fmt: skip
+    writer, critic = rows[1], rows[2]
+    # The retry said once, what handled it, the model's tokens, rate and first token.
+    assert writer["notes"].count("retry 1: The model provider is unavailable: HTTP 503") == 1
+    assert "handled by retry" in writer["notes"] and writer["status"] == "succeeded"
+    assert re.search(r"^10 tokens\n[\d.]+ tokens/s\nfirst token after [\d.]+ s$", writer["metrics"])
+    assert "mark retry" in writer["marks"] and "mark first_token" in writer["marks"]
+    # The critic's route is down: its error in its row, and the fail branch took over.
+    assert critic["status"] == "exception"
+    assert "Connection refused" in critic["notes"]
+    assert "handled by fail branch" in critic["notes"]
+    assert rows[3]["status"] == "succeeded"
+    # The iteration's rounds under it, each with its Shout.
+    assert [(r["name"], r["round"]) for r in rows[5:7]] == [("Shout", "0"), ("Shout", "1")]
+    rounds = browser.find_elements(By.CSS_SELECTOR, "#rows .rounds .round > h4")
+    assert [h.text for h in rounds] == ["round 1", "round 2"]
+    assert all(r["time"].endswith(" s") for r in rows)
+    summary = _summary(browser)
+    assert re.fullmatch(r"[0-9a-f-]{36}", summary["runId"])
+    assert summary["status"] == "partial-succeeded"
+    assert summary["steps"] == "8" and summary["tokens"] == "10"
+    assert summary["totalTime"].endswith(" s")
+    outputs = _outputs(browser)
+    assert sorted(outputs) == ["note", "steps", "text"]  # each by its name
+    assert outputs["text"] == "echo: [flaky] paper boats ***"  # the model echoed the secret
+    assert outputs["note"] == "no review today"
+    assert json.loads(outputs["steps"]) == ["A", "B"]
+    # Opening a node: its prompt and process data, the secret as ***.
+    writer_row = browser.find_element(By.CSS_SELECTOR, f'#rows .node[data-id="{writer["id"]}"]')
+    writer_row.find_element(By.CSS_SELECTOR, "summary").click()
+    details = writer_row.find_element(By.CSS_SELECTOR, ".more")
+    _wait(browser, lambda d: details.is_displayed())
+    headings = [h.text for h in details.find_elements(By.TAG_NAME, "h4")]
+    assert headings == ["Prompt", "Outputs", "Process data"]  # an LLM node reads no inputs
+    assert "[flaky] paper boats ***" in details.text and '"route": "local"' in details.text
+    assert SECRET not in browser.page_source
+    _shot(browser, "waterfall")
+
+    # The same run opened again from the store: the same timeline, marks and all.
+    run_id = summary["runId"]
+    _wait(browser, lambda d: any(h["run"] == run_id for h in _history(d)))
+    _open_app(browser, server, "story")  # another app, then back
+    _open_app(browser, server, "review")
+    _wait(browser, lambda d: any(h["run"] == run_id for h in _history(d)))
+    browser.find_element(By.CSS_SELECTOR, f'#history li[data-run="{run_id}"]').click()
+    _wait(browser, lambda d: _summary(d).get("runId") == run_id and len(_rows(d)) == 8)
+    again = _rows(browser)
+    assert [r["name"] for r in again] == [r["name"] for r in rows]
+    assert again[1]["notes"].count("retry 1:") == 1 and "handled by retry" in again[1]["notes"]
+    assert "handled by fail branch" in again[2]["notes"]
+    assert again[1]["metrics"].startswith("10 tokens\n")
+    assert [r["round"] for r in again[5:7]] == ["0", "1"]
+    assert _outputs(browser)["note"] == "no review today"
+    _shot(browser, "waterfall-from-history")
+
+
+def test_required_inputs_are_checked_before_anything_is_sent(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    with httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {KEYS['review']}"}
+    ) as c:
+        before = c.get("/v1/workflows/logs").json()["total"]
+        _open_app(browser, server, "review")
+        _wait(browser, lambda d: d.find_elements(By.NAME, "plan"))
+        browser.find_element(By.NAME, "plan").send_keys(PLAN)
+        browser.find_element(By.ID, "run").click()
+        _wait(browser, lambda d: _text(d, "#status") == "Topic is required.")
+        assert browser.find_element(By.NAME, "topic").get_attribute("aria-invalid") == "true"
+        assert browser.find_element(By.NAME, "plan").get_attribute("aria-invalid") is None
+        assert _rows(browser) == [] and _text(browser, "#answer") == ""
+        _shot(browser, "required")
+        assert c.get("/v1/workflows/logs").json()["total"] == before  # nothing was run
+
+
+def test_the_page_is_cleared_when_the_app_changes_or_a_request_fails(
+    browser, server: Server
+) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    _open_app(browser, server, "story")
+    _wait(browser, lambda d: d.find_elements(By.NAME, "topic"))
+    browser.find_element(By.NAME, "topic").send_keys("a paper boat")
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, lambda d: _text(d, "#status") == "succeeded")
+    assert _text(browser, "#answer").startswith("echo: a paper boat")
+    assert _outputs(browser)["text"] == "echo: a paper boat" and _rows(browser)
+    _open_app(browser, server, "chat")  # another app: nothing of the story's is left
+    _wait(browser, lambda d: d.find_element(By.ID, "chat").is_displayed())
+    assert _text(browser, "#answer") == "" and _rows(browser) == []
+    assert _outputs(browser) == {} and _summary(browser) == {}
+
+    _open_app(browser, server, "story")
+    _wait(browser, lambda d: d.find_elements(By.NAME, "topic"))
+    browser.find_element(By.NAME, "topic").send_keys("a paper boat")
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, lambda d: _text(d, "#status") == "succeeded")
+    topic = browser.find_element(By.NAME, "topic")
+    topic.clear()
+    topic.send_keys("x" * 201)  # past the input's max_length: serve refuses the request
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, lambda d: "topic" in _text(d, "#status").lower() and _rows(d) == [])
+    assert browser.find_element(By.ID, "status").get_attribute("class") == "error"
+    assert _text(browser, "#answer") == "" and _outputs(browser) == {}
+    _shot(browser, "failed-request")
+
+
+def test_history_lists_the_apps_runs_by_status_and_opens_one(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    headers = {"Authorization": f"Bearer {KEYS['story']}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
+        body = {
+            "inputs": {"topic": "kept for later"},
+            "user": "console",
+            "response_mode": "blocking",
+        }
+        done = c.post("/v1/workflows/run", json=body).json()
+        kept = done["workflow_run_id"]
+        # A stopped run: streamed, stopped after its first text.
+        body = {**body, "inputs": {"topic": "[slow] a long tale"}, "response_mode": "streaming"}
+        with c.stream("POST", "/v1/workflows/run", json=body) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data: ") and '"text_chunk"' in line:
+                    task = json.loads(line[6:])["task_id"]
+                    c.post(f"/v1/workflows/tasks/{task}/stop", json={"user": "console"})
+                    break
+        _wait(None, lambda _: c.get("/v1/workflows/logs?status=stopped").json()["total"] >= 1)
+    _open_app(browser, server, "story")
+    _wait(browser, lambda d: any(h["run"] == kept for h in _history(d)))
+    assert {h["status"] for h in _history(browser)} >= {"succeeded", "stopped"}
+    Select(browser.find_element(By.ID, "history-status")).select_by_value("stopped")
+    _wait(browser, lambda d: {h["status"] for h in _history(d)} == {"stopped"})
+    assert all(" · stopped · " in h["text"] for h in _history(browser))
+    Select(browser.find_element(By.ID, "history-status")).select_by_value("succeeded")
+    _wait(browser, lambda d: {h["status"] for h in _history(d)} == {"succeeded"})
+    browser.find_element(By.CSS_SELECTOR, f'#history li[data-run="{kept}"]').click()
+    _wait(browser, lambda d: _summary(d).get("runId") == kept)
+    assert [r["name"] for r in _rows(browser)] == ["Start", "Writer", "End"]
+    assert _rows(browser)[1]["metrics"].startswith("9 tokens\n")
+    assert _outputs(browser)["text"] == "echo: kept for later"
+    assert _summary(browser)["status"] == "succeeded"
+    _shot(browser, "history")
+
+
+def test_a_chatflow_streams_its_answer_and_lists_its_conversations(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
 
     _open_app(browser, server, "chat")
@@ -100,8 +371,8 @@ def test_a_chatflow_streams_its_answer_and_keeps_the_conversation(browser, serve
         browser.find_element(By.ID, "query").send_keys(question)
         browser.find_element(By.ID, "run").click()
         expected = "echo: hello from the browser" if turn == 1 else "turn 2"
-        _wait(browser, lambda d, e=expected: d.find_element(By.ID, "answer").text == e)
-        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "succeeded")
+        _wait(browser, lambda d, e=expected: _text(d, "#answer") == e)
+        _wait(browser, lambda d: _text(d, "#status") == "succeeded")
     turns = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#conversation .turn")]
     assert turns == [
         "hello from the browser",
@@ -109,12 +380,50 @@ def test_a_chatflow_streams_its_answer_and_keeps_the_conversation(browser, serve
         "[count] and now?",
         "turn 2",
     ]
-    rows = browser.find_elements(By.CSS_SELECTOR, "#timeline tbody tr")
-    assert [r.find_elements(By.TAG_NAME, "td")[2].text for r in rows] == ["start", "llm", "answer"]
-    assert all(r.find_elements(By.TAG_NAME, "td")[3].text == "succeeded" for r in rows)
-    model_row = rows[1].find_elements(By.TAG_NAME, "td")
-    assert "first token after" in model_row[4].text and model_row[5].text.endswith(" s")
-    assert _shot(browser, "chatflow").stat().st_size > 0
+    rows = _rows(browser)
+    assert [r["type"] for r in rows] == ["start", "llm", "answer"]
+    assert all(r["status"] == "succeeded" for r in rows)
+    assert "first token after" in rows[1]["metrics"] and rows[1]["time"].endswith(" s")
+    # The conversation is in the app's history; opened again, its turns come back.
+    _wait(browser, lambda d: any(h["conversation"] for h in _history(d)))
+    conversation = _history(browser)[0]
+    assert conversation["text"]  # its name (the first query, shortened)
+    browser.find_element(By.ID, "new-conversation").click()
+    assert browser.find_elements(By.CSS_SELECTOR, "#conversation .turn") == []
+    browser.find_element(
+        By.CSS_SELECTOR, f'#history li[data-conversation="{conversation["conversation"]}"]'
+    ).click()
+    _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation .turn")) == 4)
+    again = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#conversation .turn")]
+    assert again == turns
+    _wait(browser, lambda d: [r["type"] for r in _rows(d)] == ["start", "llm", "answer"])
+    _shot(browser, "chatflow")
+
+
+def test_the_easy_modes_run_from_the_console(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    _open_app(browser, server, "easy_completion")
+    _wait(browser, lambda d: d.find_elements(By.NAME, "product"))
+    browser.find_element(By.NAME, "product").send_keys("blue mug")
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, lambda d: _text(d, "#status") == "succeeded")
+    assert _text(browser, "#answer").startswith("echo:")
+    # A completion app streams no node events: its timeline comes from the store.
+    _wait(browser, lambda d: any(r["type"] == "llm" for r in _rows(d)))
+    summary = _summary(browser)
+    assert re.fullmatch(r"[0-9a-f-]{36}", summary["runId"]) and int(summary["tokens"]) > 0
+    _shot(browser, "completion")
+
+    _open_app(browser, server, "easy_chat_advanced")
+    _wait(browser, lambda d: d.find_element(By.ID, "chat").is_displayed())
+    browser.find_element(By.ID, "query").send_keys("is the pool open?")
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, lambda d: _text(d, "#status") == "succeeded")
+    assert "is the pool open?" in _text(browser, "#answer")
+    assert any(r["type"] == "llm" and "tokens" in r["metrics"] for r in _rows(browser))
+    _wait(browser, lambda d: any(h["conversation"] for h in _history(d)))
+    _shot(browser, "easy-chat")
 
 
 def test_a_workflow_with_a_file_input_runs_from_the_form(
@@ -129,50 +438,57 @@ def test_a_workflow_with_a_file_input_runs_from_the_form(
     browser.find_element(By.NAME, "topic").send_keys("a paper boat")
     browser.find_element(By.NAME, "doc").send_keys(str(document))
     browser.find_element(By.ID, "run").click()
-    _wait(browser, lambda d: d.find_element(By.ID, "status").text == "succeeded")
-    answer = browser.find_element(By.ID, "answer").text
+    _wait(browser, lambda d: _text(d, "#status") == "succeeded")
+    answer = _text(browser, "#answer")
     # The end node shows the document as a link to the server, never a server path.
     assert answer.startswith("echo: a paper boat\n[brief.txt](http://127.0.0.1:")
     assert "/file-preview?" in answer and "file://" not in answer
+    assert '"filename": "brief.txt"' in _outputs(browser)["doc"]
     _shot(browser, "workflow")
 
 
-def test_the_stop_button_stops_a_run(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+def test_the_stop_button_stops_a_run_and_the_timer_runs_meanwhile(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
 
     _open_app(browser, server, "story")
     _wait(browser, lambda d: d.find_elements(By.NAME, "topic"))
     browser.find_element(By.NAME, "topic").send_keys("[slow] a very long tale")
     browser.find_element(By.ID, "run").click()
-    _wait(browser, lambda d: "w3" in d.find_element(By.ID, "answer").text)
+    _wait(browser, lambda d: "w3" in _text(d, "#answer"))
+    first = float(_text(browser, "#timer").split()[0])
+    _wait(browser, lambda d: float(_text(d, "#timer").split()[0]) > first)  # it ticks
+    assert _text(browser, "#status") == "running"
+    assert _rows(browser)[1]["status"] == "running"
     browser.find_element(By.ID, "stop").click()
-    _wait(browser, lambda d: d.find_element(By.ID, "status").text.startswith("stopped"), timeout=5)
-    rows = browser.find_elements(By.CSS_SELECTOR, "#timeline tbody tr")
-    assert rows[-1].find_elements(By.TAG_NAME, "td")[3].text == "stopped"
+    _wait(browser, lambda d: _text(d, "#status").startswith("stopped"), timeout=5)
+    assert _rows(browser)[-1]["status"] == "stopped"
     _shot(browser, "stopped")
+
+
+def test_the_console_waits_for_the_first_token_visibly(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    _open_app(browser, server, "story")
+    _wait(browser, lambda d: d.find_elements(By.NAME, "topic"))
+    browser.find_element(By.NAME, "topic").send_keys("[think] about it")  # 1.2 s of silence
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, lambda d: _text(d, "#status") == "waiting for the first token…")
+    assert browser.find_element(By.ID, "status").get_attribute("class") == "waiting"
+    _shot(browser, "waiting")
+    _wait(browser, lambda d: _text(d, "#status") == "succeeded")
+    assert "first token after 1." in _rows(browser)[1]["metrics"]
 
 
 @pytest.mark.parametrize("browser", ["de-DE"], indirect=True)
 def test_the_console_speaks_the_browsers_language(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
 
-    _open_app(browser, server, "chat")
+    _open_app(browser, server, "review")
     _wait(browser, lambda d: d.find_element(By.ID, "run").text == "Ausführen")
     assert browser.find_element(By.ID, "stop").text == "Stoppen"
-    assert browser.find_element(By.ID, "new-conversation").text == "Neue Unterhaltung"
-    _shot(browser, "german")
-
-
-def test_the_timeline_shows_a_retry(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
-    from selenium.webdriver.common.by import By
-
-    _open_app(browser, server, "story")
-    _wait(browser, lambda d: d.find_elements(By.NAME, "topic"))
-    browser.find_element(By.NAME, "topic").send_keys("[flaky] try again")
+    headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
+    assert "Verlauf" in headings and "Ausgaben" in headings
+    _wait(browser, lambda d: d.find_elements(By.NAME, "plan"))
     browser.find_element(By.ID, "run").click()
-    _wait(browser, lambda d: d.find_element(By.ID, "status").text == "succeeded")
-    writer = browser.find_elements(By.CSS_SELECTOR, "#timeline tbody tr")[1]
-    events = writer.find_elements(By.TAG_NAME, "td")[4].text
-    assert "retry 1:" in events and "first token after" in events
-    assert browser.find_element(By.ID, "answer").text.startswith("echo: [flaky] try again")
-    _shot(browser, "retry")
+    _wait(browser, lambda d: _text(d, "#status").startswith("Topic ist erforderlich."))
+    _shot(browser, "german")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +22,8 @@ class _BrokenRun:
             task_id="task-1", workflow_run_id="run-1", workflow_id="wf", app_id="app",
             mode="workflow", user_id="u", created_at=0,
         )  # fmt: skip
+        # No store: nothing is recorded, so no timeline is kept either.
+        self.session = SimpleNamespace(store=None, options=SimpleNamespace(recorded=True))
 
     def __iter__(self) -> Iterator[Any]:
         raise UnicodeEncodeError("utf-8", "secret \udfff", 7, 8, "surrogates not allowed")
