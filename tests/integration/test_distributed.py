@@ -129,6 +129,10 @@ def test_a_blocking_run_executes_on_a_worker(cluster: Cluster) -> None:
         # The shared store: the other API process knows the run.
         record = b.get(f"/v1/workflows/run/{data['id']}").json()
         assert record["status"] == "succeeded" and record["outputs"]["text"] == "echo: hello"
+        # The worker kept the run's timeline in the shared store too.
+        timeline = b.get(f"/v1/workflows/run/{data['id']}/timeline").json()["events"]
+        assert [e["event"] for e in timeline][-1] == "workflow_finished"
+        assert any(e["event"] == "node_first_token" for e in timeline)
 
 
 def test_a_streamed_run_has_difys_events_in_order(cluster: Cluster) -> None:

@@ -452,3 +452,44 @@ def test_typed_sdk_audio_to_text(server: Server, tmp_path: Path) -> None:
         "dify-client-python", "typed_client.py", "audio_to_text", server.url, KEYS["story"]
     )
     assert seen == {"status": 400, "code": "provider_not_initialize"}
+
+
+# ---- GET /v1/workflows/run/{id}/timeline (the run console's)
+
+
+def test_a_runs_timeline_is_kept_with_its_times_and_node_data(server: Server) -> None:
+    run = _run(server, "tim", "[flaky] timeline please")
+    run_id = run["workflow_run_id"]
+    with server.key_client("story") as http:
+        doc = http.get(f"/v1/workflows/run/{run_id}/timeline").json()
+    assert doc["run"]["id"] == run_id and doc["run"]["status"] == "succeeded"
+    assert doc["run"]["mode"] == "workflow" and doc["run"]["total_steps"] == 3
+    events = doc["events"]
+    names = [e["event"] for e in events]
+    assert names[0] == "workflow_started" and names[-1] == "workflow_finished"
+    assert "text_chunk" not in names  # the streamed text is in the answer, not here
+    times = [e["t"] for e in events]
+    assert times == sorted(times) and times[0] == 0.0
+    writer = [e for e in events if e["data"].get("node_id") == "llm"]
+    kinds = [e["event"] for e in writer]
+    assert "node_first_token" in kinds and kinds[-1] == "node_finished"
+    finished = writer[-1]["data"]
+    # Kept once, in the node executions, and merged back for the console.
+    assert finished["outputs"]["text"] == "echo: [flaky] timeline please"
+    assert finished["process_data"]["route"] == "local"
+    assert doc["events"][-1]["data"]["outputs"]["text"] == "echo: [flaky] timeline please"
+
+
+def test_a_chat_turns_timeline_is_found_by_its_message(server: Server) -> None:
+    reply = _chat(server, "tim", "hello timeline")
+    with server.key_client("chat") as http:
+        page = http.get(
+            "/v1/messages", params={"conversation_id": reply["conversation_id"], "user": "tim"}
+        ).json()
+        run_id = page["data"][0]["workflow_run_id"]
+        doc = http.get(f"/v1/workflows/run/{run_id}/timeline").json()
+        assert doc["run"]["mode"] == "advanced-chat"
+        assert [e["event"] for e in doc["events"]][-1] == "message_end"
+    with server.key_client("story") as other:  # another app's key finds nothing
+        _error(other.get(f"/v1/workflows/run/{run_id}/timeline"), 404, "not_found")
+        _error(other.get("/v1/workflows/run/no-such-run/timeline"), 404, "not_found")
