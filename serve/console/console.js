@@ -235,7 +235,7 @@ function rowElement(row) {
   const details = el("details");
   const line = el("summary", "line");
   row.cells = {
-    name: el("span", "name", row.title), type: el("span", "type", row.type),
+    name: Object.assign(el("span", "name", row.title), { title: row.title }), type: el("span", "type", row.type),
     status: el("span", "status status-running", "running"), metrics: el("span", "metrics"),
     time: el("span", "time"), track: el("div", "track"),
   };
