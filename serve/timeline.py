@@ -6,7 +6,8 @@ about the run's shape (node starts and ends, first tokens, waits, retries,
 fallbacks, container rounds, the run's end) with `t`, the seconds since the
 run's first event. The text a run streams is left out (it is in the answer
 and the node outputs), and so are a node execution's inputs, outputs and
-process data (the store's node executions hold them). The events were
+process data (the store's node executions hold them) and the run's outputs
+(its record holds them). The events were
 redacted by the run's report before they got here; nothing is added.
 
 `replay` gives the console the events of a recorded run, the kept timeline
@@ -74,6 +75,10 @@ class TimelineRecorder:
         if isinstance(data, dict):
             if name == "node_finished":
                 data = {k: v for k, v in data.items() if k not in _NODE_DATA}
+            elif name == "workflow_finished":
+                data = {
+                    k: v for k, v in data.items() if k != "outputs"
+                }  # the run's record has them
             kept["data"] = data
         kept["t"] = round(now - self._t0, 4)
         self.events.append(_cut(kept))

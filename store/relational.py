@@ -553,8 +553,6 @@ class RelationalStore(Store):
                 "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
                 "DELETE FROM files WHERE workflow_run_id IN "
                 "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
-                "DELETE FROM run_timelines WHERE workflow_run_id IN "
-                "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
                 "DELETE FROM workflow_runs WHERE conversation_id = ?",
                 "DELETE FROM conversation_variables WHERE conversation_id = ?",
                 "DELETE FROM conversation_leases WHERE conversation_id = ?",
