@@ -33,8 +33,12 @@ MAX_EVENTS = 5000
 MAX_TEXT = 2000
 # The events of text the run streams: in the answer, never in the timeline.
 _TEXT_EVENTS = frozenset({"text_chunk", "message", "agent_message", "agent_log", "tts_message"})
-# Kept in the node executions: merged back by execution id when replayed.
-_NODE_DATA = ("inputs", "outputs", "process_data")
+# Kept in the node executions (merged back by execution id when replayed) and
+# in the run's record: never twice.
+_LEFT_OUT = {
+    "node_finished": ("inputs", "outputs", "process_data"),
+    "workflow_finished": ("outputs",),
+}
 # Always kept, even past MAX_EVENTS: how the run and its nodes ended.
 _ENDS = frozenset({"node_finished", "workflow_finished", "message_end", "error"})
 
@@ -73,13 +77,8 @@ class TimelineRecorder:
         data = wire.get("data")
         kept: dict[str, Any] = {k: v for k, v in wire.items() if k != "data"}
         if isinstance(data, dict):
-            if name == "node_finished":
-                data = {k: v for k, v in data.items() if k not in _NODE_DATA}
-            elif name == "workflow_finished":
-                data = {
-                    k: v for k, v in data.items() if k != "outputs"
-                }  # the run's record has them
-            kept["data"] = data
+            left_out = _LEFT_OUT.get(name, ())
+            kept["data"] = {k: v for k, v in data.items() if k not in left_out}
         kept["t"] = round(now - self._t0, 4)
         self.events.append(_cut(kept))
 
