@@ -594,8 +594,9 @@ async function run() {
     if (tl.rows.size === 0 && state.runId) await showRecorded(state.runId, false);
     await loadHistory();
   } catch (e) {
+    // The page was cleared when the request went out: what shows now is this
+    // request's (a refusal leaves nothing; a broken stream what arrived before).
     state.running = false;
-    clearRun();
     setStatus(e.message, "error");
   } finally {
     state.running = false;
