@@ -1,18 +1,27 @@
 """`drain_run`, serve's loop from a run to its event stream: a failure outside
 the engine ends the stream with Dify's 500 event in our words, and what the
-exception said goes to the log only."""
+exception said goes to the log only; a real run's timeline is in the store
+before its last event goes out."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from firstgate.runtime.execution.events import RunInfo
+from firstgate.runtime.execution.resources import RunResources
+from firstgate.runtime.execution.session import RunOptions
+from firstgate.runtime.workflow import load_workflow
 from firstgate.serve.runs import EventStream, drain_run
+from firstgate.store import open_store
+from firstgate.store.base import Store
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workflows"
 
 
 class _BrokenRun:
@@ -43,3 +52,33 @@ def test_a_failure_outside_the_engine_is_our_500_and_its_words_go_to_the_log(
     assert event["code"] == "internal_server_error" and event["workflow_run_id"] == "run-1"
     assert event["message"] == "the server could not handle this request; its log says why"
     assert "surrogates" in caplog.text and "secret" not in event["message"]
+
+
+class _Watching(EventStream):
+    """A stream that notes, for each event, whether the store had the run's timeline."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        super().__init__()
+        self.kept_when: list[tuple[str, bool]] = []
+        self._store, self._run_id = store, run_id
+
+    def publish(self, event: dict[str, Any]) -> None:
+        self.kept_when.append((event["event"], self._store.timeline(self._run_id) is not None))
+        super().publish(event)
+
+
+def test_the_timeline_is_kept_before_the_last_event_goes_out(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "state.db"))
+    workflow = load_workflow(FIXTURES / "template_salute.yml")
+    try:
+        with RunResources.open(store=store) as resources:
+            run = workflow.run({"who": "Ada"}, RunOptions(), resources)
+            stream = _Watching(store, run.run_id)
+            drain_run(run, stream, lambda: None)
+        # A reader that asks for the timeline on the last event finds it.
+        assert stream.kept_when[-1] == ("workflow_finished", True)
+        assert not stream.kept_when[0][1]
+        kept = store.timeline(run.run_id) or []
+        assert [e["event"] for e in kept][-1] == "workflow_finished"
+    finally:
+        store.close()
