@@ -199,8 +199,7 @@ def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -
     """Publish every event of `run` into `stream`, end the stream with the run's last
     event, then call `on_end` (after the engine's own clean-up)."""
     last = _last_event(run)
-    session = run.session
-    store = session.store if session.options.recorded else None
+    store = run.session.store  # where the run is recorded; its timeline goes with it
     timeline = TimelineRecorder()
     kept = False
     try:

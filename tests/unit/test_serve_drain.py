@@ -32,7 +32,7 @@ class _BrokenRun:
             mode="workflow", user_id="u", created_at=0,
         )  # fmt: skip
         # No store: nothing is recorded, so no timeline is kept either.
-        self.session = SimpleNamespace(store=None, options=SimpleNamespace(recorded=True))
+        self.session = SimpleNamespace(store=None)
 
     def __iter__(self) -> Iterator[Any]:
         raise UnicodeEncodeError("utf-8", "secret \udfff", 7, 8, "surrogates not allowed")
