@@ -197,7 +197,8 @@ def _last_event(run: WorkflowRun) -> tuple[str, ...]:
 
 def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -> None:
     """Publish every event of `run` into `stream`, end the stream with the run's last
-    event, then call `on_end` (after the engine's own clean-up)."""
+    event, then call `on_end` (after the engine's own clean-up). The run's timeline
+    (`serve/timeline.py`) goes to its store just before that last event."""
     last = _last_event(run)
     store = run.session.store  # where the run is recorded; its timeline goes with it
     timeline = TimelineRecorder()
@@ -219,8 +220,6 @@ def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -
         stream.publish(_internal_error(run))
     finally:
         stream.end()
-        if not kept and store is not None and store.run(run.run_id) is not None:
-            timeline.save(store, run.run_id)
         on_end()
 
 
