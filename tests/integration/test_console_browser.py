@@ -81,8 +81,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 {
                     "providers": {
                         "local": {"kind": "openai-compatible", "base_url": base_url},
-                        # Nothing listens on the discard port: the critic's route is down.
+                        # Nothing listens on the discard port: the critic's route is down,
+                        # the editor's falls back to the model that answers.
                         "dead": {"kind": "openai-compatible", "base_url": "http://127.0.0.1:9/v1"},
+                        "shaky": {
+                            "kind": "openai-compatible",
+                            "base_url": "http://127.0.0.1:9/v1",
+                            "fallbacks": ["local"],
+                        },
                     },
                     "default": "local",
                     "knowledge": {
@@ -230,14 +236,18 @@ def test_a_run_shows_its_waterfall_summary_outputs_and_what_handled_each_error(
     _wait(browser, lambda d: _text(d, "#status") == "partial-succeeded")
     rows = _rows(browser)
     assert [r["name"] for r in rows] == [
-        "Start", "Writer", "Critic", "Apology", "Each step", "Shout", "Shout", "End",
+        "Start", "Writer", "Editor", "Critic", "Apology", "Each step", "Shout", "Shout", "End",
     ]  # fmt: skip
-    writer, critic = rows[1], rows[2]
+    writer, editor, critic = rows[1], rows[2], rows[3]
     # The retry said once, what handled it, the model's tokens, rate and first token.
     assert writer["notes"].count("retry 1: The model provider is unavailable: HTTP 503") == 1
     assert "handled by retry" in writer["notes"] and writer["status"] == "succeeded"
     assert re.search(r"^10 tokens\n[\d.]+ tokens/s\nfirst token after [\d.]+ s$", writer["metrics"])
     assert "mark retry" in writer["marks"] and "mark first_token" in writer["marks"]
+    # The editor's route is down, its fallback answered: the swap in its row.
+    assert "fallback (swap): shaky failed (ConnectError); switching to local." in editor["notes"]
+    assert "mark fallback" in editor["marks"] and editor["status"] == "succeeded"
+    assert editor["metrics"].startswith("9 tokens\n")
     # The critic's route is down: its error in its row, and the fail branch took over.
     # Its two retries failed alike: said once, with both attempts.
     assert critic["status"] == "exception"
@@ -246,19 +256,19 @@ def test_a_run_shows_its_waterfall_summary_outputs_and_what_handled_each_error(
     assert critic["notes"].count(refused) == 2  # the retries' line and the last error's
     assert critic["notes"].endswith("handled by fail branch")
     assert "handled by retry" not in critic["notes"]
-    assert rows[3]["status"] == "succeeded"
+    assert rows[4]["status"] == "succeeded"
     # The iteration's rounds under it, each with its Shout.
-    assert [(r["name"], r["round"]) for r in rows[5:7]] == [("Shout", "0"), ("Shout", "1")]
+    assert [(r["name"], r["round"]) for r in rows[6:8]] == [("Shout", "0"), ("Shout", "1")]
     rounds = browser.find_elements(By.CSS_SELECTOR, "#rows .rounds .round > h4")
     assert [h.text for h in rounds] == ["round 1", "round 2"]
     assert all(r["time"].endswith(" s") for r in rows)
     summary = _summary(browser)
     assert re.fullmatch(r"[0-9a-f-]{36}", summary["runId"])
     assert summary["status"] == "partial-succeeded"
-    assert summary["steps"] == "8" and summary["tokens"] == "10"
+    assert summary["steps"] == "9" and summary["tokens"] == "19"
     assert summary["totalTime"].endswith(" s")
     outputs = _outputs(browser)
-    assert sorted(outputs) == ["note", "steps", "text"]  # each by its name
+    assert sorted(outputs) == ["note", "steps", "text", "tidy"]  # each by its name
     assert outputs["text"] == "echo: [flaky] paper boats ***"  # the model echoed the secret
     assert outputs["note"] == "no review today"
     assert json.loads(outputs["steps"]) == ["A", "B"]
@@ -280,13 +290,13 @@ def test_a_run_shows_its_waterfall_summary_outputs_and_what_handled_each_error(
     _open_app(browser, server, "review")
     _wait(browser, lambda d: any(h["run"] == run_id for h in _history(d)))
     _click(browser, f'#history li[data-run="{run_id}"]')
-    _wait(browser, lambda d: _summary(d).get("runId") == run_id and len(_rows(d)) == 8)
+    _wait(browser, lambda d: _summary(d).get("runId") == run_id and len(_rows(d)) == 9)
     again = _rows(browser)
     assert [r["name"] for r in again] == [r["name"] for r in rows]
     assert again[1]["notes"].count("retry 1:") == 1 and "handled by retry" in again[1]["notes"]
-    assert again[2]["notes"] == critic["notes"]
+    assert again[2]["notes"] == editor["notes"] and again[3]["notes"] == critic["notes"]
     assert again[1]["metrics"].startswith("10 tokens\n")
-    assert [r["round"] for r in again[5:7]] == ["0", "1"]
+    assert [r["round"] for r in again[6:8]] == ["0", "1"]
     assert _outputs(browser)["note"] == "no review today"
     _shot(browser, "waterfall-from-history")
 
