@@ -50,6 +50,7 @@ KEYS = {
     "review": "review-key-0123456789",
     "easy_chat_advanced": "easy-chat-key-0123456789",
     "easy_completion": "write-key-0123456789",
+    "easy_agent_chat": "agent-key-0123456789",
 }
 SECRET = "sk-console-secret-42"  # review.yml's secret environment variable
 PLAN = json.dumps({"steps": ["a", "b"]})
@@ -66,6 +67,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         ROOT / "tests" / "console_apps" / "review.yml",
         ROOT / "tests" / "corpus" / "easy_chat_advanced.yml",
         ROOT / "tests" / "corpus" / "easy_completion.yml",
+        ROOT / "tests" / "corpus" / "easy_agent_chat.yml",
     ):
         shutil.copy(source, apps / source.name)
     docs = tmp / "docs"
@@ -451,6 +453,16 @@ def test_the_easy_modes_run_from_the_console(browser, server: Server) -> None:  
     assert any(r["type"] == "llm" and "tokens" in r["metrics"] for r in _rows(browser))
     _wait(browser, lambda d: any(h["conversation"] for h in _history(d)))
     _shot(browser, "easy-chat")
+
+    _open_app(browser, server, "easy_agent_chat")
+    _wait(browser, lambda d: d.find_element(By.ID, "chat").is_displayed())
+    browser.find_element(By.ID, "query").send_keys("what time is it in Oslo?")
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, lambda d: _text(d, "#status") == "succeeded")
+    assert "what time is it in Oslo?" in _text(browser, "#answer")
+    agent = [r for r in _rows(browser) if r["type"] == "agent"]
+    assert len(agent) == 1 and "tokens" in agent[0]["metrics"]
+    _shot(browser, "easy-agent")
 
 
 def test_a_workflow_with_a_file_input_runs_from_the_form(
