@@ -26,6 +26,8 @@ import pytest
 import yaml
 from firstgate.connectors.local_index import LocalIndex
 
+from tests.fakes import model_answers as ma
+from tests.fakes import probe_server as ps
 from tests.serve_support import APPS, Server, echo_model, serve
 
 pytestmark = pytest.mark.slow
@@ -51,6 +53,7 @@ KEYS = {
     "easy_chat_advanced": "easy-chat-key-0123456789",
     "easy_completion": "write-key-0123456789",
     "easy_agent_chat": "agent-key-0123456789",
+    "patient": "patient-key-0123456789",
 }
 SECRET = "sk-console-secret-42"  # review.yml's secret environment variable
 PLAN = json.dumps({"steps": ["a", "b"]})
@@ -65,6 +68,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         APPS / "chat.yml",
         APPS / "story.yml",
         ROOT / "tests" / "console_apps" / "review.yml",
+        ROOT / "tests" / "console_apps" / "patient.yml",
         ROOT / "tests" / "corpus" / "easy_chat_advanced.yml",
         ROOT / "tests" / "corpus" / "easy_completion.yml",
         ROOT / "tests" / "corpus" / "easy_agent_chat.yml",
@@ -76,7 +80,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     index = LocalIndex(tmp / "kb.sqlite", create=True)
     index.update(docs)
     index.close()
-    with echo_model() as base_url:
+    # The patient app's server: busy with the prompt (its slots say so) for 1.5 s.
+    slow = ma.answer("considered at length", delay=1.5)
+    with echo_model() as base_url, ps.ProbeServer(slots=ps.always_busy(), chat=slow) as busy:
         settings = tmp / "settings.yaml"
         settings.write_text(
             yaml.safe_dump(
@@ -86,6 +92,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                         # Nothing listens on the discard port: the critic's route is down,
                         # the editor's falls back to the model that answers.
                         "dead": {"kind": "openai-compatible", "base_url": "http://127.0.0.1:9/v1"},
+                        "busy": {
+                            "kind": "openai-compatible",
+                            "base_url": busy.base_url,
+                            "probe": "llama.cpp-slots",
+                            "first_token_timeout_s": 0.3,
+                        },
                         "shaky": {
                             "kind": "openai-compatible",
                             "base_url": "http://127.0.0.1:9/v1",
@@ -516,6 +528,28 @@ def test_the_console_waits_for_the_first_token_visibly(browser, server: Server) 
     _shot(browser, "waiting")
     _wait(browser, lambda d: _text(d, "#status") == "succeeded")
     assert "first token after 1." in _rows(browser)[1]["metrics"]
+
+
+def test_a_busy_server_shows_the_probes_verdict_while_the_node_waits(
+    browser, server: Server
+) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    _open_app(browser, server, "patient")
+    _wait(browser, lambda d: "waiting" not in _text(d, "#status"))  # the form is loaded
+    browser.find_element(By.ID, "run").click()
+    # Past the first-token budget the probe says busy: the row says the node waits.
+    _wait(browser, lambda d: "waiting: " in "".join(r["notes"] for r in _rows(d)))
+    thinker = _rows(browser)[1]
+    assert thinker["notes"].startswith("waiting for the first token…\nwaiting: ")
+    assert "mark waiting" in thinker["marks"] and thinker["status"] == "running"
+    assert _text(browser, "#status") == "waiting for the first token…"
+    _shot(browser, "busy-server")
+    _wait(browser, lambda d: _text(d, "#status") == "succeeded")
+    thinker = _rows(browser)[1]
+    assert "waiting for the first token…" not in thinker["notes"]
+    assert thinker["notes"].startswith("waiting: ") and "first token after 1." in thinker["metrics"]
+    assert _outputs(browser)["text"] == "considered at length"
 
 
 @pytest.mark.parametrize("browser", ["de-DE"], indirect=True)
