@@ -16,7 +16,7 @@ from typing import Any
 
 from firstgate.common import metrics
 from firstgate.common.files import DEFAULT_SIZE_LIMITS, MB, FileType
-from firstgate.locales import normalize_locale, t
+from firstgate.locales import DEFAULT_LOCALE, catalog, normalize_locale, t
 from firstgate.nodes.base import RoutePlanner
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.serve import bodies, uploads, webhooks
@@ -95,6 +95,9 @@ CONSOLE_KEYS = (
     "console.noRuns",
     "console.tokens",
 )
+# The runtime's words the console shows itself, in the browser's language: what a
+# wait and a fallback decision say (their events carry the key and the params).
+CONSOLE_EVENT_KEYS = "watchdog."
 _CONSOLE_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 
 
@@ -311,7 +314,11 @@ class ServiceApi(RecordsApi):
 
     def _console_strings(self, request: Request) -> Response:
         locale = _locale(request)
-        return _json({key: t(key, locale) for key in CONSOLE_KEYS})
+        keys = [
+            *CONSOLE_KEYS,
+            *(k for k in catalog(DEFAULT_LOCALE) if k.startswith(CONSOLE_EVENT_KEYS)),
+        ]
+        return _json({key: t(key, locale) for key in keys})
 
     def _console_apps(self, request: Request) -> Response:
         return _json(

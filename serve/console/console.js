@@ -26,6 +26,12 @@ async function loadWords() {
   for (const el of document.querySelectorAll("[data-i18n-placeholder]")) el.placeholder = say(el.dataset.i18nPlaceholder);
 }
 
+// A runtime message (a wait, a fallback decision) in the console's language when
+// its key is among the console's words, else as the server rendered it.
+function told(data) {
+  return data.message_key && words[data.message_key] ? say(data.message_key, data.params || {}) : data.message || "";
+}
+
 function isChat() { return !!state.app && CHAT_MODES.includes(state.app.mode); }
 function isCompletion() { return !!state.app && state.app.mode === "completion"; }
 function keyFor(stem) { return sessionStorage.getItem("key:" + stem) || ""; }
@@ -396,8 +402,8 @@ function onEvent(event, t) {
     }
     case "node_waiting": {
       const row = nodeRow(data, t);
-      row.waits.push(data.message || "");
-      mark(row, "waiting", t, say("console.waiting", { message: data.message || "" }));
+      row.waits.push(told(data));
+      mark(row, "waiting", t, say("console.waiting", { message: told(data) }));
       renderNotes(row);
       break;
     }
@@ -411,8 +417,8 @@ function onEvent(event, t) {
     }
     case "node_fallback": {
       const row = nodeRow(data, t);
-      row.fallbacks.push({ kind: data.kind, message: data.message || "" });
-      mark(row, "fallback", t, say("console.fallback", { kind: data.kind, message: data.message || "" }));
+      row.fallbacks.push({ kind: data.kind, message: told(data) });
+      mark(row, "fallback", t, say("console.fallback", { kind: data.kind, message: told(data) }));
       renderNotes(row);
       break;
     }

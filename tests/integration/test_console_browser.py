@@ -564,6 +564,15 @@ def test_the_console_speaks_the_browsers_language(browser, server: Server) -> No
     _wait(browser, lambda d: d.find_elements(By.NAME, "plan"))
     browser.find_element(By.ID, "run").click()
     _wait(browser, lambda d: _text(d, "#status").startswith("Topic ist erforderlich."))
+    _fill_review(browser, "Papierboote")
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, lambda d: _text(d, "#status") == "partial-succeeded")
+    editor, critic = _rows(browser)[2:4]
+    # The runtime's own words (a fallback decision) in the browser's language too.
+    swap = "Ausweichroute (swap): shaky ist fehlgeschlagen (ConnectError); es wird zu local gewechselt."
+    assert swap in editor["notes"]
+    assert critic["notes"].endswith("behandelt durch Fehlerzweig")
+    assert editor["metrics"].startswith("9 Tokens\n")
     _shot(browser, "german")
 
 
