@@ -113,6 +113,9 @@ def replay(store: Store, record: RunRecord) -> list[dict[str, Any]]:
     return kept
 
 
+_CONTAINER_END = 1 << 29  # a sort key past every node's (indexes are far smaller)
+
+
 def _rebuilt(record: RunRecord) -> list[dict[str, Any]]:
     """Events made of the node executions alone, for a run kept without a timeline."""
     containers = {
@@ -129,8 +132,10 @@ def _rebuilt(record: RunRecord) -> list[dict[str, Any]]:
         start = max(0.0, end - node.elapsed_time)
         kind = containers.get(node.node_id)
         began, ended = _node_pair(node, kind)
+        # Whole seconds often tie: a container's end goes after its rounds' nodes.
+        last = _CONTAINER_END + node.index if kind is not None else node.index * 2 + 1
         events.append((start, node.index * 2, {**began, "t": start}))
-        events.append((end, node.index * 2 + 1, {**ended, "t": end}))
+        events.append((end, last, {**ended, "t": end}))
     finished = {
         "event": "workflow_finished",
         "t": record.elapsed_time,
@@ -145,7 +150,7 @@ def _rebuilt(record: RunRecord) -> list[dict[str, Any]]:
             "exceptions_count": record.exceptions_count,
         },
     }
-    events.append((record.elapsed_time, 1 << 30, finished))
+    events.append((record.elapsed_time, 2 * _CONTAINER_END, finished))
     events.sort(key=lambda item: (item[0], item[1]))
     out = [event for _, _, event in events]
     out[0]["t"] = 0.0

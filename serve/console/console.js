@@ -197,7 +197,7 @@ async function collectInputs() {
 let tl = null;
 
 function newTimeline(live) {
-  return { live, t0: performance.now(), end: 0, rows: new Map(), containers: new Map() };
+  return { live, t0: performance.now(), end: 0, rows: new Map(), containers: new Map(), runsOf: {} };
 }
 
 function clearRun() {
@@ -259,21 +259,37 @@ function rowElement(row) {
 function containerOf(data) {
   const id = data.iteration_id || data.loop_id;
   if (!id) return null;
-  const container = tl.containers.get(id) || containerRow({ id, node_id: id, title: id, node_type: data.iteration_id ? "iteration" : "loop" }, 0);
+  const container = tl.containers.get(id) || containerRow({ node_id: id, title: id, node_type: data.iteration_id ? "iteration" : "loop" }, 0, false);
   const meta = data.execution_metadata || {};
   const round = meta.iteration_index ?? meta.loop_index ?? container.current;
   return { container, round: Number(round) || 0 };
 }
 
-function containerRow(data, t) {
+// A container's row (its node id's latest run; `starting` a new run once the last ended:
+// an iteration inside a loop runs once per loop round).
+function containerRow(data, t, starting) {
   let container = tl.containers.get(data.node_id);
-  if (container) return container;
-  const row = nodeRow({ ...data, id: "container:" + data.node_id }, t);
+  if (container && !(starting && container.row.end !== null)) return container;
+  const n = (tl.runsOf[data.node_id] || 0) + 1;
+  tl.runsOf[data.node_id] = n;
+  const row = nodeRow({ ...data, id: `container:${data.node_id}:${n}` }, t);
   const rounds = el("div", "rounds");
   row.el.append(rounds);
   container = { row, rounds, byIndex: new Map(), current: 0 };
   tl.containers.set(data.node_id, container);
   return container;
+}
+
+// A container inside another: its end names the outer one and its round (its start
+// does not), so it moves there then.
+function placeInOuter(container, data) {
+  const meta = data.execution_metadata || {};
+  for (const kind of ["loop", "iteration"]) {
+    const outer = meta[kind + "_id"];
+    if (!outer || outer === data.node_id || !tl.containers.has(outer)) continue;
+    roundElement(tl.containers.get(outer), Number(meta[kind + "_index"]) || 0).append(container.row.el);
+    return;
+  }
 }
 
 function roundElement(container, index) {
@@ -423,15 +439,18 @@ function onEvent(event, t) {
       break;
     }
     case "node_finished": nodeEnded(nodeRow(data, startOf(data.id, data, t)), data, t); break;
-    case "iteration_started": case "loop_started": setRowStatus(containerRow(data, t).row, "running"); break;
+    case "iteration_started": case "loop_started": setRowStatus(containerRow(data, t, true).row, "running"); break;
     case "iteration_next": case "loop_next": {
-      const container = containerRow(data, t);
+      const container = containerRow(data, t, false);
       container.current = Number(data.index) || 0;
       roundElement(container, container.current);
       break;
     }
     case "iteration_completed": case "loop_completed": {
-      nodeEnded(containerRow(data, startOf("container:" + data.node_id, data, t)).row, data, t);
+      const begun = tl.containers.has(data.node_id) ? t : Math.max(0, t - Number(data.elapsed_time || 0));
+      const container = containerRow(data, begun, false);
+      nodeEnded(container.row, data, t);
+      placeInOuter(container, data);
       break;
     }
     case "text_chunk": state.sawToken = true; $("answer").textContent += data.text; break;

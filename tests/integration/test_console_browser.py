@@ -54,6 +54,7 @@ KEYS = {
     "easy_completion": "write-key-0123456789",
     "easy_agent_chat": "agent-key-0123456789",
     "patient": "patient-key-0123456789",
+    "nested": "nested-key-0123456789",
 }
 SECRET = "sk-console-secret-42"  # review.yml's secret environment variable
 PLAN = json.dumps({"steps": ["a", "b"]})
@@ -69,6 +70,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         APPS / "story.yml",
         ROOT / "tests" / "console_apps" / "review.yml",
         ROOT / "tests" / "console_apps" / "patient.yml",
+        ROOT / "tests" / "console_apps" / "nested.yml",
         ROOT / "tests" / "corpus" / "easy_chat_advanced.yml",
         ROOT / "tests" / "corpus" / "easy_completion.yml",
         ROOT / "tests" / "corpus" / "easy_agent_chat.yml",
@@ -528,6 +530,39 @@ def test_the_console_waits_for_the_first_token_visibly(browser, server: Server) 
     _shot(browser, "waiting")
     _wait(browser, lambda d: _text(d, "#status") == "succeeded")
     assert "first token after 1." in _rows(browser)[1]["metrics"]
+
+
+def _tree(driver) -> list:  # type: ignore[no-untyped-def]
+    """The waterfall as nested lists: [name, [[round, [...rows]], ...]] per row."""
+    return driver.execute_script(
+        """
+        const tree = (parent) => [...parent.children].filter((n) => n.classList.contains('node')).map((n) => {
+          const rounds = n.querySelector(':scope > .rounds');
+          const name = n.querySelector(':scope > details > summary .name').textContent;
+          if (!rounds) return name;
+          return [name, [...rounds.children].map((r) => [r.dataset.round, tree(r)])];
+        });
+        return tree(document.getElementById('rows'));
+        """
+    )
+
+
+def test_an_iteration_inside_a_loop_shows_under_each_loop_round(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    _open_app(browser, server, "nested")
+    _wait(browser, lambda d: d.find_elements(By.NAME, "plan"))
+    browser.find_element(By.NAME, "plan").send_keys(PLAN)
+    browser.find_element(By.ID, "run").click()
+    _wait(browser, lambda d: _text(d, "#status") == "succeeded")
+    each = ["Each step", [["0", ["Upper"]], ["1", ["Upper"]]]]
+    expected = ["Start", ["Twice", [["0", [each]], ["1", [each]]]], "End"]
+    assert _tree(browser) == expected
+    _shot(browser, "nested")
+    run_id = _summary(browser)["runId"]  # the same shape from the store
+    _wait(browser, lambda d: any(h["run"] == run_id for h in _history(d)))
+    _click(browser, f'#history li[data-run="{run_id}"]')
+    _wait(browser, lambda d: _summary(d).get("runId") == run_id and _tree(d) == expected)
 
 
 def test_a_busy_server_shows_the_probes_verdict_while_the_node_waits(
