@@ -219,10 +219,12 @@ def _summary(driver) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 
 def _outputs(driver) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    return driver.execute_script(
-        "return Object.fromEntries([...document.querySelectorAll('#outputs dt')]"
-        ".map((t) => [t.textContent, t.nextElementSibling.textContent]))"
+    # Pairs, not an object: WebDriver hands an object's keys back sorted.
+    pairs = driver.execute_script(
+        "return [...document.querySelectorAll('#outputs dt')]"
+        ".map((t) => [t.textContent, t.nextElementSibling.textContent])"
     )
+    return dict(pairs)
 
 
 def _fill_review(driver, topic: str) -> None:  # type: ignore[no-untyped-def]
@@ -284,7 +286,7 @@ def test_a_run_shows_its_waterfall_summary_outputs_and_what_handled_each_error(
     assert summary["steps"] == "9" and summary["tokens"] == "19"
     assert summary["totalTime"].endswith(" s")
     outputs = _outputs(browser)
-    assert sorted(outputs) == ["note", "steps", "text", "tidy"]  # each by its name
+    assert list(outputs) == ["text", "tidy", "note", "steps"]  # by name, as the end declares
     assert outputs["text"] == "echo: [flaky] paper boats ***"  # the model echoed the secret
     assert outputs["note"] == "no review today"
     assert json.loads(outputs["steps"]) == ["A", "B"]
@@ -313,7 +315,8 @@ def test_a_run_shows_its_waterfall_summary_outputs_and_what_handled_each_error(
     assert again[2]["notes"] == editor["notes"] and again[3]["notes"] == critic["notes"]
     assert again[1]["metrics"].startswith("10 tokens\n")
     assert [r["round"] for r in again[6:8]] == ["0", "1"]
-    assert _outputs(browser)["note"] == "no review today"
+    again_outputs = _outputs(browser)
+    assert again_outputs == outputs and list(again_outputs) == list(outputs)
     _shot(browser, "waterfall-from-history")
 
 
