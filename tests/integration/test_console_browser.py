@@ -568,7 +568,7 @@ def test_an_iteration_inside_a_loop_shows_under_each_loop_round(browser, server:
     _wait(browser, lambda d: _summary(d).get("runId") == run_id and _tree(d) == expected)
 
 
-def test_a_busy_server_shows_the_probes_verdict_while_the_node_waits(
+def test_a_busy_server_shows_the_probes_verdict_and_a_default_value_stands_in(
     browser, server: Server
 ) -> None:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
@@ -583,11 +583,14 @@ def test_a_busy_server_shows_the_probes_verdict_while_the_node_waits(
     assert "mark waiting" in thinker["marks"] and thinker["status"] == "running"
     assert _text(browser, "#status") == "waiting for the first token…"
     _shot(browser, "busy-server")
-    _wait(browser, lambda d: _text(d, "#status") == "succeeded")
-    thinker = _rows(browser)[1]
+    _wait(browser, lambda d: _text(d, "#status") == "partial-succeeded")
+    thinker, guess = _rows(browser)[1:3]
     assert "waiting for the first token…" not in thinker["notes"]
     assert thinker["notes"].startswith("waiting: ") and "first token after 1." in thinker["metrics"]
-    assert _outputs(browser)["text"] == "considered at length"
+    assert _outputs(browser) == {"text": "considered at length", "guess": "(no guess)"}
+    # The route that is down: its error in its row, its default value took over.
+    assert guess["status"] == "exception" and "Connection refused" in guess["notes"]
+    assert guess["notes"].endswith("handled by default value")
 
 
 @pytest.mark.parametrize("browser", ["de-DE"], indirect=True)
