@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from firstgate.common.storable_text import mend
 from firstgate.store.base import NodeExecutionRecord, RunRecord, Store
 
 log = logging.getLogger("firstgate.serve")
@@ -44,11 +45,13 @@ _ENDS = frozenset({"node_finished", "workflow_finished", "message_end", "error"}
 
 
 def _cut(value: Any) -> Any:
-    """`value` with every string at most MAX_TEXT characters long."""
+    """`value` as the store can keep it: every string mended (a lone surrogate a
+    run made, a NUL a server sent) and at most MAX_TEXT characters long."""
     if isinstance(value, str):
+        value = mend(value)
         return value if len(value) <= MAX_TEXT else value[:MAX_TEXT] + "…"
     if isinstance(value, dict):
-        return {k: _cut(v) for k, v in value.items()}
+        return {mend(str(k)): _cut(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_cut(v) for v in value]
     return value

@@ -121,3 +121,17 @@ def test_a_run_the_store_never_recorded_keeps_no_timeline(tmp_path: Path, caplog
         assert "was not kept" in caplog.text
     finally:
         store.close()
+
+
+def test_text_no_store_can_hold_is_mended_before_it_is_kept(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "state.db"))
+    try:
+        store.record_run(_record(()))
+        recorder = TimelineRecorder(Clock())
+        # What a server or a run may put in an error: a NUL, half a surrogate pair.
+        recorder.see({"event": "node_retry", "data": {"error": "bad\x00 \udfff end"}})
+        recorder.save(store, "r1")
+        (kept,) = store.timeline("r1") or []
+        assert kept["data"]["error"] == "bad\ufffd \ufffd end"
+    finally:
+        store.close()
