@@ -317,6 +317,10 @@ def test_a_run_shows_its_waterfall_summary_outputs_and_what_handled_each_error(
     assert [r["round"] for r in again[6:8]] == ["0", "1"]
     again_outputs = _outputs(browser)
     assert again_outputs == outputs and list(again_outputs) == list(outputs)
+    assert SECRET not in browser.page_source
+    headers = {"Authorization": f"Bearer {KEYS['review']}"}
+    kept = httpx.get(f"{server.url}/v1/workflows/run/{run_id}/timeline", headers=headers)
+    assert kept.status_code == 200 and SECRET not in kept.text and "***" in kept.text
     _shot(browser, "waterfall-from-history")
 
 
