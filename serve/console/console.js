@@ -9,7 +9,7 @@ const $ = (id) => document.getElementById(id);
 const CHAT_MODES = ["advanced-chat", "chat", "agent-chat"];
 const state = {
   apps: [], app: null, params: null, loaded: null, taskId: null, conversationId: "",
-  running: false, done: false, started: 0, ticker: null, sawToken: false, runId: "",
+  running: false, done: false, started: 0, ticker: null, sawToken: false, runId: "", lastEventId: "",
 };
 
 // ---- words: the console's, in the browser's language (from /console/strings)
@@ -207,6 +207,7 @@ function clearRun() {
   state.sawToken = false;
   state.done = false;
   state.runId = "";
+  state.lastEventId = "";
   $("answer").textContent = "";
   $("outputs").replaceChildren();
   $("summary").replaceChildren();
@@ -566,7 +567,10 @@ async function readEvents(response) {
     while ((cut = buffer.indexOf("\n\n")) >= 0) {
       const frame = buffer.slice(0, cut);
       buffer = buffer.slice(cut + 2);
-      const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+      const lines = frame.split("\n");
+      const position = lines.find((l) => l.startsWith("id:"));
+      if (position) state.lastEventId = position.slice(3).trim();  // where to resume
+      const data = lines.filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
       if (!data) continue;
       if (!tl.seen) { tl.seen = true; tl.t0 = performance.now(); }  // the first event is t = 0
       onEvent(JSON.parse(data), now());
@@ -621,6 +625,38 @@ async function run() {
   } catch (e) {
     // The page was cleared when the request went out: what shows now is this
     // request's (a refusal leaves nothing; a broken stream what arrived before).
+    state.running = false;
+    setStatus(e.message, "error");
+  } finally {
+    state.running = false;
+    stopTicker();
+    $("run").disabled = false;
+    $("stop").disabled = true;
+  }
+}
+
+// A run that goes on after the page's request ended (a human-input form answered:
+// `human_input_form.js` says so with `firstgate:form-submitted`): its events
+// again from the server, after the last one this page saw of it.
+async function follow(runId) {
+  if (!runId || state.running) return;
+  const same = tl.live && state.runId === runId && state.lastEventId;
+  if (!same) {
+    clearRun();
+    tl = newTimeline(true);
+  }
+  const headers = same ? { "Last-Event-ID": state.lastEventId } : {};
+  state.running = true;
+  state.done = false;
+  $("run").disabled = true;
+  startTicker();
+  try {
+    const user = encodeURIComponent($("user").value);
+    await readEvents(await api(`/v1/workflow/${encodeURIComponent(runId)}/events?user=${user}`, { headers }));
+    state.running = false;
+    layout();
+    await loadHistory();
+  } catch (e) {
     state.running = false;
     setStatus(e.message, "error");
   } finally {
@@ -735,6 +771,7 @@ window.addEventListener("DOMContentLoaded", () => {
   $("stop").addEventListener("click", stop);
   $("history-status").addEventListener("change", loadHistory);
   $("history-refresh").addEventListener("click", loadHistory);
+  $("human-input").addEventListener("firstgate:form-submitted", (e) => follow(e.detail && e.detail.workflowRunId));
   $("query").addEventListener("input", () => $("query").removeAttribute("aria-invalid"));
   $("new-conversation").addEventListener("click", () => { state.conversationId = ""; $("conversation").replaceChildren(); clearRun(); });
   loadWords().then(loadApps).catch((e) => setStatus(e.message, "error"));

@@ -597,6 +597,33 @@ def test_a_busy_server_shows_the_probes_verdict_and_a_default_value_stands_in(
     assert guess["notes"].endswith("handled by default value")
 
 
+def test_a_run_that_goes_on_after_a_form_is_answered_is_followed(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
+    """When the human-input helper says a form was answered, the console follows the
+    run's events from `GET /v1/workflow/{id}/events` (here a run started elsewhere)."""
+    from selenium.webdriver.common.by import By
+
+    _open_app(browser, server, "story")
+    _wait(browser, lambda d: d.find_elements(By.NAME, "topic"))
+    headers = {"Authorization": f"Bearer {KEYS['story']}"}
+    body = {"inputs": {"topic": "[medium] go on"}, "user": "console", "response_mode": "streaming"}
+    with (
+        httpx.Client(base_url=server.url, headers=headers, timeout=30) as c,
+        c.stream("POST", "/v1/workflows/run", json=body) as started,
+    ):
+        first = next(line for line in started.iter_lines() if line.startswith("data: "))
+        run_id = json.loads(first[6:])["workflow_run_id"]
+        browser.execute_script(
+            "document.getElementById('human-input').dispatchEvent(new CustomEvent("
+            "'firstgate:form-submitted', {bubbles: true, detail: {workflowRunId: arguments[0]}}))",
+            run_id,
+        )
+        _wait(browser, lambda d: _text(d, "#status") == "running" and "m3" in _text(d, "#answer"))
+        _wait(browser, lambda d: _text(d, "#status") == "succeeded")
+    assert _summary(browser)["runId"] == run_id
+    assert [r["name"] for r in _rows(browser)] == ["Start", "Writer", "End"]
+    assert _text(browser, "#answer").startswith("m0 m1 m2 m3")
+
+
 @pytest.mark.parametrize("browser", ["de-DE"], indirect=True)
 def test_the_console_speaks_the_browsers_language(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
