@@ -461,8 +461,8 @@ function onEvent(event, t) {
     case "human_input_required": humanInput(event); break;
     case "error": state.done = true; setStatus(event.message, "error"); break;
   }
-  if (!tl.live) return;
-  layout();
+  // Bars are placed by the timer's tick (live) and once at the end: never per event,
+  // which would cost a run of thousands of nodes their square.
 }
 
 function humanInput(event) {
