@@ -9,7 +9,7 @@ const $ = (id) => document.getElementById(id);
 const CHAT_MODES = ["advanced-chat", "chat", "agent-chat"];
 const state = {
   apps: [], app: null, params: null, loaded: null, taskId: null, conversationId: "",
-  running: false, done: false, started: 0, ticker: null, sawToken: false, runId: "", lastEventId: "",
+  running: false, done: false, started: 0, ticker: null, sawToken: false, runId: "", messageId: "", lastEventId: "",
 };
 
 // ---- words: the console's, in the browser's language (from /console/strings)
@@ -207,6 +207,7 @@ function clearRun() {
   state.sawToken = false;
   state.done = false;
   state.runId = "";
+  state.messageId = "";
   state.lastEventId = "";
   $("answer").textContent = "";
   $("outputs").replaceChildren();
@@ -509,15 +510,28 @@ function finished(data) {
 }
 
 // A chat or completion turn's end: the conversation, and the tokens when no run summary came.
+// (A completion or agent app streams no run events: its run's id is found after the end.)
 function ended(event) {
   state.conversationId = event.conversation_id || state.conversationId;
-  if (isCompletion() && tl.live) {
+  state.messageId = event.message_id || event.id || "";
+  if (tl.live && !state.done) {
     const usage = (event.metadata && event.metadata.usage) || {};
-    state.runId = event.message_id || event.id || state.runId;
     summary({ id: state.runId, status: "succeeded", elapsed_time: usage.latency, total_tokens: usage.total_tokens });
     state.done = true;
     setStatus("succeeded");
   }
+}
+
+// The run of a turn whose stream named only its message: a completion's message
+// is its run; a chat turn's run is on its message in the conversation.
+async function runOfMessage() {
+  if (!state.messageId) return "";
+  if (!isChat()) return state.messageId;
+  const user = encodeURIComponent($("user").value);
+  const conversation = encodeURIComponent(state.conversationId);
+  const page = await (await api(`/v1/messages?conversation_id=${conversation}&user=${user}&limit=5`)).json();
+  const found = page.data.find((m) => m.id === state.messageId);
+  return found ? found.workflow_run_id || "" : "";
 }
 
 // Bars and marks placed on one scale: the run so far (live) or all of it.
@@ -618,8 +632,9 @@ async function run() {
     await readEvents(response);
     state.running = false;
     layout();
+    // A completion or agent app streams no node events: its timeline comes from the store.
+    if (!state.runId) state.runId = await runOfMessage();
     if (chat) addTurn("assistant", $("answer").textContent, state.runId);
-    // A completion app streams no node events: its timeline comes from the store.
     if (tl.rows.size === 0 && state.runId) await showRecorded(state.runId, false);
     await loadHistory();
   } catch (e) {

@@ -481,8 +481,11 @@ def test_the_easy_modes_run_from_the_console(browser, server: Server) -> None:  
     browser.find_element(By.ID, "run").click()
     _wait(browser, lambda d: _text(d, "#status") == "succeeded")
     assert "what time is it in Oslo?" in _text(browser, "#answer")
+    # An agent app streams agent events, no node events: its timeline comes from the store.
+    _wait(browser, lambda d: any(r["type"] == "agent" for r in _rows(d)))
     agent = [r for r in _rows(browser) if r["type"] == "agent"]
     assert len(agent) == 1 and "tokens" in agent[0]["metrics"]
+    assert re.fullmatch(r"[0-9a-f-]{36}", _summary(browser)["runId"])
     _shot(browser, "easy-agent")
 
 
