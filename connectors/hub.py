@@ -20,6 +20,7 @@ from firstgate.connectors.guarded_http import (
 from firstgate.connectors.knowledge import KnowledgeBackend, KnowledgeError
 from firstgate.connectors.mcp_client import McpServer
 from firstgate.connectors.net_policy import NetworkPolicy
+from firstgate.connectors.smtp_mail import MailError, MailServer
 from firstgate.connectors.tool_messages import ToolError
 
 
@@ -35,6 +36,9 @@ class Connectors:
     # Runs `workflow` tools: set by the runtime (it runs workflows; nothing
     # here can). `.run(provider_id, inputs, timeout_s=, cancel=) -> outputs`.
     workflow_tools: Any = None
+    # Keeps the human-input forms a run opens: set by the runtime to its store
+    # (`add_form(FormRecord)`); None when the run has no store.
+    forms: Any = None
     _http: GuardedHttp | None = field(default=None, init=False, repr=False)
     _files_dir: Path | None = field(default=None, init=False, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
@@ -104,6 +108,28 @@ class Connectors:
                 timeout_s=spec.timeout_s,
                 max_file_bytes=getattr(tools, "max_file_bytes", 10 * 1024 * 1024),
             ),
+        )
+
+    def mail_server(self) -> MailServer:
+        """The SMTP server of the settings' `email` section (the loader refuses a
+        node that mails when it names none); its password from the environment."""
+        section = self.section("email")
+        host = getattr(section, "smtp_host", None)
+        if section is None or not host:
+            raise MailError("errors.email.noServer")
+        password = None
+        if section.password_env:
+            password = os.environ.get(section.password_env)
+            if not password:
+                raise MailError("errors.email.missingPassword", env=section.password_env)
+        return MailServer(
+            host=host,
+            port=section.smtp_port,
+            security=section.security,
+            sender=section.sender,
+            timeout_s=float(section.timeout_s),
+            username=section.username,
+            password=password,
         )
 
     def api_provider(self, provider_id: str) -> ApiProvider:

@@ -136,6 +136,33 @@ class FeedbackRecord:
     updated_at: float
 
 
+# A human-input form's states: open until one submit, or its deadline, closes it.
+FORM_WAITING, FORM_SUBMITTED, FORM_TIMEOUT = "waiting", "submitted", "timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class FormRecord:
+    """A human-input form a paused run waits on, found by its token.
+
+    `definition` is what the recipient is shown and what a submit is checked
+    against (plain JSON: content, inputs, actions, defaults); `submission` the
+    values accepted with `action_id` once the form is closed by a submit."""
+
+    id: str
+    token: str
+    app_id: str
+    workflow_run_id: str
+    node_id: str
+    user_id: str
+    definition: Mapping[str, Any]
+    expires_at: float  # Unix seconds
+    created_at: float
+    status: str = FORM_WAITING
+    action_id: str | None = None
+    submission: Mapping[str, Any] | None = None
+    closed_at: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class UploadRecord:
     """A file uploaded through the API (`POST /v1/files/upload`), kept on disk at `path`."""
@@ -307,6 +334,37 @@ class Store(ABC):
 
     @abstractmethod
     def upload(self, upload_id: str) -> UploadRecord | None: ...
+
+    # ---- human-input forms
+
+    @abstractmethod
+    def add_form(self, form: FormRecord) -> None:
+        """Keep a new (waiting) form; a token or id already kept is a StoreError."""
+
+    @abstractmethod
+    def form(self, token: str) -> FormRecord | None: ...
+
+    @abstractmethod
+    def close_form(
+        self,
+        token: str,
+        *,
+        status: str,
+        now: float,
+        action_id: str | None = None,
+        submission: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Close a waiting form, atomically across processes: True for the one
+        caller that closed it. A submit (`FORM_SUBMITTED`) closes only a form
+        whose deadline is after `now`; a timeout only one whose deadline is not."""
+
+    @abstractmethod
+    def due_forms(self, now: float, limit: int = 100) -> list[FormRecord]:
+        """Waiting forms whose deadline is at or before `now`, the oldest first."""
+
+    @abstractmethod
+    def run_forms(self, workflow_run_id: str) -> list[FormRecord]:
+        """The forms of one run, oldest first."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -28,15 +28,18 @@ import socket
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from firstgate.store.base import (
+    FORM_SUBMITTED,
+    FORM_WAITING,
     MESSAGE_NORMAL,
     ConversationRecord,
     FeedbackRecord,
     FileRecord,
+    FormRecord,
     HistoryTurn,
     MessageRecord,
     NodeExecutionRecord,
@@ -663,8 +666,111 @@ class RelationalStore(Store):
             ).fetchone()
         return UploadRecord(*row) if row else None
 
+    # ---- human-input forms
+
+    def add_form(self, form: FormRecord) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(
+                f"INSERT INTO human_input_forms ({_FORM_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    form.id,
+                    form.token,
+                    form.app_id,
+                    form.workflow_run_id,
+                    form.node_id,
+                    form.user_id,
+                    _dump(form.definition),
+                    form.status,
+                    form.expires_at,
+                    form.created_at,
+                    form.action_id,
+                    None if form.submission is None else _dump(form.submission),
+                    form.closed_at,
+                ),
+            )
+
+    def form(self, token: str) -> FormRecord | None:
+        with self.db.read() as tx:
+            row = tx.execute(
+                f"SELECT {_FORM_COLUMNS} FROM human_input_forms WHERE token = ?", (token,)
+            ).fetchone()
+        return _form(row) if row else None
+
+    def close_form(
+        self,
+        token: str,
+        *,
+        status: str,
+        now: float,
+        action_id: str | None = None,
+        submission: Mapping[str, Any] | None = None,
+    ) -> bool:
+        # One UPDATE guarded by the state and the deadline: whichever process
+        # runs it first closes the form, every later one changes nothing.
+        deadline = "expires_at > ?" if status == FORM_SUBMITTED else "expires_at <= ?"
+        with self.db.transaction() as tx:
+            row = tx.execute(
+                "UPDATE human_input_forms SET status = ?, action_id = ?, submission = ?, "
+                f"closed_at = ? WHERE token = ? AND status = ? AND {deadline} RETURNING id",
+                (
+                    status,
+                    action_id,
+                    None if submission is None else _dump(submission),
+                    now,
+                    token,
+                    FORM_WAITING,
+                    now,
+                ),
+            ).fetchone()
+        return row is not None
+
+    def due_forms(self, now: float, limit: int = 100) -> list[FormRecord]:
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT {_FORM_COLUMNS} FROM human_input_forms "
+                "WHERE status = ? AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+                (FORM_WAITING, now, limit),
+            ).fetchall()
+        return [_form(row) for row in rows]
+
+    def run_forms(self, workflow_run_id: str) -> list[FormRecord]:
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT {_FORM_COLUMNS} FROM human_input_forms "
+                "WHERE workflow_run_id = ? ORDER BY created_at",
+                (workflow_run_id,),
+            ).fetchall()
+        return [_form(row) for row in rows]
+
     def close(self) -> None:
         self.db.close()
+
+
+_FORM_COLUMNS = (
+    "id, token, app_id, workflow_run_id, node_id, user_id, definition, status, expires_at, "
+    "created_at, action_id, submission, closed_at"
+)
+
+
+def _form(row: Sequence[Any]) -> FormRecord:
+    (form_id, token, app_id, run_id, node_id, user_id, definition, status, expires_at) = row[:9]
+    created_at, action_id, submission, closed_at = row[9:]
+    return FormRecord(
+        id=form_id,
+        token=token,
+        app_id=app_id,
+        workflow_run_id=run_id,
+        node_id=node_id,
+        user_id=user_id,
+        definition=_load(definition) or {},
+        expires_at=float(expires_at),
+        created_at=float(created_at),
+        status=status,
+        action_id=action_id,
+        submission=_load(submission),
+        closed_at=None if closed_at is None else float(closed_at),
+    )
 
 
 _MESSAGE_COLUMNS = (

@@ -127,6 +127,26 @@ _TEMPLATES: tuple[str, ...] = (
     );
     CREATE INDEX message_feedbacks_app ON message_feedbacks(app_id, updated_at);
     """,
+    # 4: human-input forms a paused run waits on (`GET`/`POST /form/human_input/{token}`).
+    """
+    CREATE TABLE human_input_forms (
+        id TEXT PRIMARY KEY,
+        token TEXT NOT NULL UNIQUE,
+        app_id TEXT NOT NULL,
+        workflow_run_id TEXT NOT NULL,
+        node_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        definition TEXT NOT NULL,
+        status TEXT NOT NULL,
+        expires_at {real} NOT NULL,
+        created_at {real} NOT NULL,
+        action_id TEXT,
+        submission TEXT,
+        closed_at {real}
+    );
+    CREATE INDEX human_input_forms_due ON human_input_forms(status, expires_at);
+    CREATE INDEX human_input_forms_run ON human_input_forms(workflow_run_id);
+    """,
 )
 
 

@@ -23,6 +23,7 @@ from firstgate.runtime.dsl.problems import DslError, problems_from_validation
 from firstgate.runtime.dsl.yaml_reader import read_yaml_mapping
 from firstgate.runtime.settings.code_executor import CodeExecutorSettings
 from firstgate.runtime.settings.document_extractor import DocumentExtractorSettings
+from firstgate.runtime.settings.email import EmailSettings
 from firstgate.runtime.settings.files import FilesSettings
 from firstgate.runtime.settings.http_request import HttpRequestSettings
 from firstgate.runtime.settings.knowledge import KnowledgeSettings
@@ -40,6 +41,7 @@ class RuntimeSettings(ProvidersSection):
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
     files: FilesSettings = Field(default_factory=FilesSettings)
     document_extractor: DocumentExtractorSettings = Field(default_factory=DocumentExtractorSettings)
+    email: EmailSettings = Field(default_factory=EmailSettings)
 
 
 def load_settings(path: str | Path) -> RuntimeSettings:

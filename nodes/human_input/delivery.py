@@ -1,0 +1,79 @@
+"""How a human-input form reaches people besides its token: by email.
+
+At load, a node that mails is refused unless the runtime settings name an
+SMTP server (`email.smtp_host`), and unless it has an address to mail to
+(Dify's workspace members have no address here: they are left out, with a
+warning). When the node runs, each enabled email method sends one message
+through `connectors/smtp_mail.py`: its subject and body with the run's
+variables, and `{{#url#}}` replaced by the form's link (`email.form_url` +
+token), or by the token when no link is configured (it is appended when the
+body has no `{{#url#}}`). The body goes as plain text.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from firstgate.common.dsl import dsl_error, note_warning
+from firstgate.connectors.smtp_mail import Mail, check_address, recipients_of, send_mail
+from firstgate.nodes.base import NodeContext
+from firstgate.nodes.values import render_text
+
+if TYPE_CHECKING:
+    from firstgate.nodes.human_input import Data, EmailConfig
+    from firstgate.nodes.human_input.form import OpenedForm
+
+URL_PLACE = "{{#url#}}"
+
+
+def external_addresses(config: EmailConfig) -> tuple[str, ...]:
+    return recipients_of([r.email for r in config.recipients.items if r.type == "external"])
+
+
+def check_email_method(config: EmailConfig, context: Any) -> None:
+    """Refuse, at load, an email delivery this runtime cannot make."""
+    settings = (context or {}).get("settings") if isinstance(context, dict) else None
+    if not getattr(getattr(settings, "email", None), "smtp_host", None):
+        raise dsl_error(
+            "dsl.humanInput.emailNeedsSmtp",
+            "this form is delivered by email, and the runtime settings name no SMTP server: "
+            "set email.smtp_host (or turn the email delivery off)",
+        )
+    members = [r for r in config.recipients.items if r.type == "member"]
+    if members or config.recipients.whole_workspace:
+        note_warning(context, "dsl.warning.humanInputMembers", count=len(members))
+    addresses = external_addresses(config)
+    if not addresses:
+        raise dsl_error(
+            "dsl.humanInput.noRecipients",
+            "this form is delivered by email but names no email address to send it to",
+        )
+    for address in addresses:
+        try:
+            check_address(address)
+        except Exception:
+            raise dsl_error(
+                "dsl.humanInput.badAddress",
+                "{address} is not an email address",
+                address=address[:80],
+            ) from None
+
+
+def form_link(ctx: NodeContext, token: str) -> str:
+    base = getattr(ctx.connectors.section("email"), "form_url", None) if ctx.connectors else None
+    return f"{base}{token}" if base else token
+
+
+def deliver(data: Data, opened: OpenedForm, ctx: NodeContext) -> None:
+    """Mail the form to each enabled email method's recipients (MailError on failure)."""
+    for method in data.enabled_methods:
+        if method.type != "email" or ctx.connectors is None:
+            continue
+        config = data.email_config(method)
+        link = form_link(ctx, opened.token)
+        body = config.body or ""
+        if URL_PLACE not in body:
+            body = f"{body}\n\n{URL_PLACE}" if body else URL_PLACE
+        text = render_text(body.replace(URL_PLACE, link), ctx.variables)
+        subject = render_text(config.subject or data.title or "Form", ctx.variables)
+        send_mail(ctx.connectors.mail_server(), Mail(external_addresses(config), subject, text))
