@@ -32,6 +32,7 @@ from firstgate.serve.errors import (
     unauthorized,
 )
 from firstgate.serve.file_links import FileLinks, preview_headers
+from firstgate.serve.human_input import HumanInputApi
 from firstgate.serve.launch import RunRequest
 from firstgate.serve.records import RecordsApi, conversation
 from firstgate.serve.runs import EventSource, RunHandle, Runs
@@ -145,6 +146,8 @@ def _rules() -> Map:
             Rule("/v1/end-users/<end_user>", endpoint="end_user", methods=["GET"]),
             Rule("/v1/files/<upload_id>/preview", endpoint="file_preview", methods=["GET"]),
             Rule("/v1/audio-to-text", endpoint="audio_to_text", methods=["POST"]),
+            Rule("/v1/form/human_input/<token>", endpoint="get_form", methods=["GET"]),
+            Rule("/v1/form/human_input/<token>", endpoint="submit_form", methods=["POST"]),
             Rule("/v1/text-to-audio", endpoint="text_to_audio", methods=["POST"]),
         ],
         strict_slashes=False,
@@ -183,7 +186,7 @@ def sse(event: bytes) -> bytes:
 PING = b"event: ping\n\n"
 
 
-class ServiceApi(RecordsApi):
+class ServiceApi(RecordsApi, HumanInputApi):
     def __init__(self, context: ServeContext) -> None:
         self.context = context
         self.urls = _rules()

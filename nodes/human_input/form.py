@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from firstgate.common.files import File, from_mapping, is_file_mapping
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.base import VariableReader
 from firstgate.nodes.values import as_text, render_text
@@ -193,7 +194,7 @@ def filled_data(
         "rendered_content": rendered_content(definition, values),
         "action_id": action_id,
         "action_text": _action(definition, action_id)["title"],
-        "submitted_data": dict(values),
+        "submitted_data": shown_values(values),
     }
 
 
@@ -303,12 +304,39 @@ def _files(
 def _stored(value: Any) -> Any:
     if isinstance(value, list):
         return [_stored(v) for v in value]
-    return value.to_dict() if hasattr(value, "to_dict") else value
+    if isinstance(value, File):
+        # The store is the server's own: a local file keeps its path there (never
+        # in a reply or an event) so that the resumed run reads the same file.
+        kept = value.to_dict()
+        if value.path is not None:
+            kept["path"] = str(value.path)
+        return kept
+    return value
 
 
 def stored_values(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The accepted values as plain JSON (files serialized)."""
+    """The accepted values as plain JSON for the store (files serialized)."""
     return {name: _stored(value) for name, value in values.items()}
+
+
+def file_back(value: Any) -> Any:
+    """A stored value as the run reads it (a serialized file a File again)."""
+    if isinstance(value, list):
+        return [file_back(v) for v in value]
+    if is_file_mapping(value):
+        return from_mapping(value)
+    return value
+
+
+def shown_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values as an event shows them (files as Dify's file objects, no path)."""
+
+    def show(value: Any) -> Any:
+        if isinstance(value, list):
+            return [show(v) for v in value]
+        return value.to_dict() if isinstance(value, File) else value
+
+    return {name: show(value) for name, value in values.items()}
 
 
 def answer_outputs(
