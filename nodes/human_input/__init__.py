@@ -153,8 +153,8 @@ class Data(BaseNodeData):
     @model_validator(mode="after")
     def _distinct(self) -> Data:
         for what, names in (
-            ("input", [i.output_variable_name for i in self.inputs]),
-            ("action", [a.id for a in self.user_actions]),
+            ("inputs", [i.output_variable_name for i in self.inputs]),
+            ("user_actions", [a.id for a in self.user_actions]),
         ):
             seen: set[str] = set()
             for name in names:
