@@ -16,16 +16,18 @@ the action's branch (`Runs.resume`). Past its deadline a form is 412
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from firstgate.common.files import FileError, FileRules
+from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.human_input import form as forms
+from firstgate.runtime import human_input as hi
 from firstgate.serve import bodies, uploads
 from firstgate.serve.apps import App
 from firstgate.serve.bodies import _Body, _user
 from firstgate.serve.errors import ApiError, dump_json, not_found
-from firstgate.store.base import FORM_SUBMITTED, FORM_TIMEOUT, FormRecord, Store
+from firstgate.store.base import FormRecord, Store
 from pydantic import field_validator
 from werkzeug.wrappers import Request, Response
 
@@ -56,24 +58,14 @@ def form_definition_reply(form: FormRecord) -> dict[str, Any]:
     }
 
 
-def submitted(form: FormRecord) -> ApiError:
-    return ApiError(412, "human_input_form_submitted", "serve.error.formSubmitted", id=form.id)
-
-
-def expired(form: FormRecord) -> ApiError:
-    return ApiError(412, "human_input_form_expired", "serve.error.formExpired", id=form.id)
-
-
-def ensure_open(form: FormRecord, now: float) -> None:
-    """412 for a form that a submit or its deadline closed."""
-    if form.status == FORM_SUBMITTED:
-        raise submitted(form)
-    if form.status == FORM_TIMEOUT or form.expires_at <= now:
-        raise expired(form)
-
-
-def invalid_form_data(error: Any) -> ApiError:
-    return ApiError(400, "invalid_form_data", error.message_key, **error.params)
+def _api_error(exc: LocalizedError) -> ApiError:
+    if isinstance(exc, hi.FormSubmitted):
+        return ApiError(412, "human_input_form_submitted", exc.message_key, **exc.params)
+    if isinstance(exc, hi.FormExpired):
+        return ApiError(412, "human_input_form_expired", exc.message_key, **exc.params)
+    if isinstance(exc, hi.FormNotFound):
+        return not_found(exc.message_key)
+    return ApiError(400, "invalid_form_data", exc.message_key, **exc.params)
 
 
 class HumanInputApi:
@@ -93,32 +85,28 @@ class HumanInputApi:
 
     def _get_form(self, request: Request, app: App, token: str) -> Response:
         form = self._form_of(app, token)
-        ensure_open(form, time.time())
+        try:
+            hi.ensure_waiting(form, time.time())
+        except LocalizedError as exc:
+            raise _api_error(exc) from None
         return Response(dump_json(form_definition_reply(form)), mimetype="application/json")
 
     def _submit_form(self, request: Request, app: App, token: str) -> Response:
         body = bodies.validate(FormSubmitBody, bodies.parse_json(bodies.request_body(request)))
         form = self._form_of(app, token)
-        ensure_open(form, time.time())
-        values = self._checked(request, app, form, body)
-        if not self.context.store.close_form(
-            token,
-            status=FORM_SUBMITTED,
-            now=time.time(),
-            action_id=body.action,
-            submission=forms.stored_values(values),
-        ):
-            # Another submit (or the deadline) closed it since we looked.
-            again = self.context.store.form(token)
-            raise submitted(form) if again and again.status == FORM_SUBMITTED else expired(form)
-        closed = self.context.store.form(token)
-        assert closed is not None
-        self.context.runs.resume_form(app, closed, base_url=request.host_url)
+        try:
+            hi.ensure_waiting(form, time.time())
+            closed = hi.answer(
+                self.context.store, form, body.action, body.inputs, self._files(request, app)
+            )
+        except (hi.FormSubmitted, hi.FormExpired, forms.FormInvalid) as exc:
+            raise _api_error(exc) from None
+        self.context.runs.resume_form(app, closed)
         return Response(b"{}", mimetype="application/json")
 
-    def _checked(
-        self, request: Request, app: App, form: FormRecord, body: FormSubmitBody
-    ) -> dict[str, Any]:
+    def _files(self, request: Request, app: App) -> Callable[[Any, Mapping[str, Any]], Any]:
+        """Resolves a submitted file mapping (an upload of this app, a URL) and
+        checks it against the input's rules; a refusal is `invalid_form_data`."""
         store = self.context.store
 
         def link(upload_id: str) -> str:
@@ -146,15 +134,4 @@ class HumanInputApi:
                 ) from None
             return found
 
-        try:
-            return forms.check_submission(form.definition, body.action, body.inputs, resolve)
-        except forms.FormInvalid as exc:
-            raise invalid_form_data(exc) from None
-
-
-def submission_outputs(form: FormRecord) -> tuple[dict[str, Any], str]:
-    """The node's outputs and handle from a closed form (files back as File objects)."""
-    if form.status == FORM_TIMEOUT:
-        return forms.timeout_outputs(form.definition)
-    values = {name: forms.file_back(value) for name, value in (form.submission or {}).items()}
-    return forms.answer_outputs(form.definition, str(form.action_id), values)
+        return resolve

@@ -19,6 +19,7 @@ from typing import Any
 
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.start import InputError
+from firstgate.runtime import human_input
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.environment import EnvVarError
 from firstgate.runtime.execution.limits import RunLimits
@@ -29,7 +30,7 @@ from firstgate.serve import uploads
 from firstgate.serve.apps import App
 from firstgate.serve.errors import ApiError, invalid_param, not_found
 from firstgate.serve.file_links import FileLinks
-from firstgate.store.base import Store, StoreError
+from firstgate.store.base import FormRecord, Store, StoreError
 
 
 def _new_id() -> str:
@@ -101,6 +102,12 @@ class Launcher:
                 task_id=request.task_id,
             )
             return app.workflow.run(inputs, options, self.resources)
+
+    def resume(self, app: App, form: FormRecord) -> WorkflowRun:
+        """The paused run of a closed form, resumed here (ApiError when it cannot be)."""
+        with start_errors():
+            options = RunOptions(limits=self.limits or RunLimits())
+            return human_input.resume(app.workflow, form, self.resources, options)
 
 
 @contextmanager

@@ -31,9 +31,11 @@ from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.serve.apps import App
 from firstgate.serve.errors import dump_json
 from firstgate.serve.launch import Launcher, RunRequest
+from firstgate.store.base import FormRecord
 
 log = logging.getLogger("firstgate.serve")
 
+PAUSED = "paused"  # `WorkflowRun.status` of a run that paused at a node
 # How long a finished run's events stay readable (a blocking caller, a late reader).
 KEEP_FINISHED_S = 300.0
 
@@ -51,14 +53,21 @@ class EventSource(ABC):
     @abstractmethod
     def ended(self) -> bool: ...
 
-    def follow(self, idle: float, after: int = 0) -> Iterator[bytes | None]:
+    def follow(
+        self, idle: float, after: int = 0, *, through_pauses: bool = False
+    ) -> Iterator[bytes | None]:
         """Every event from position `after` until the end; None each time `idle`
-        seconds pass without one."""
+        seconds pass without one. A paused run's stream stays open for its
+        resumption: a reader stops at `workflow_paused` unless `through_pauses`
+        (Dify's `continue_on_pause`)."""
         seen = after
         while True:
             batch, ended = self.read(seen, idle)
             seen += len(batch)
-            yield from batch
+            for event in batch:
+                yield event
+                if not through_pauses and is_pause(event):
+                    return
             if ended:
                 return
             if not batch:
@@ -70,6 +79,14 @@ class EventSource(ABC):
         return [json.loads(e) for e in batch]
 
 
+_PAUSED = b'{"event": "workflow_paused"'
+
+
+def is_pause(event: bytes) -> bool:
+    """Whether an encoded event is `workflow_paused` (the envelope's first key)."""
+    return event.startswith(_PAUSED)
+
+
 class EventStream(EventSource):
     """One run's events, in order, readable from any index.
 
@@ -78,7 +95,10 @@ class EventStream(EventSource):
     and, unlike nested dicts, nothing the garbage collector has to walk while
     thousands of runs are kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: int = 0) -> None:
+        # A run resumed in another process than the one it paused in: its stream
+        # here starts at the position it paused at (the earlier events are gone).
+        self._first = first
         self._events: list[bytes] = []
         self._ended = False
         self._changed = threading.Condition()
@@ -102,10 +122,15 @@ class EventStream(EventSource):
         return self._ended
 
     def read(self, after: int, timeout: float) -> tuple[list[bytes], bool]:
+        index = max(0, after - self._first)
         with self._changed:
-            if len(self._events) <= after and not self._ended:
+            if len(self._events) <= index and not self._ended:
                 self._changed.wait(timeout)
-            return self._events[after:], self._ended
+            return self._events[index:], self._ended
+
+    @property
+    def first(self) -> int:
+        return self._first
 
 
 @dataclass(slots=True)
@@ -140,6 +165,10 @@ class Runs(ABC):
     @abstractmethod
     def start(self, app: App, request: RunRequest) -> RunHandle:
         """Start (or queue) a run; ApiError when it cannot start."""
+
+    @abstractmethod
+    def resume_form(self, app: App, form: FormRecord) -> None:
+        """Resume the paused run of a closed human-input form (`runtime/human_input.py`)."""
 
     @abstractmethod
     def get(self, task_id: str) -> RunHandle | None: ...
@@ -179,7 +208,11 @@ class ThreadExecutor(Executor):
 
     def execute(self, run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -> None:
         threading.Thread(
-            target=drain_run, args=(run, stream, on_end), name=f"run-{run.run_id}", daemon=True
+            target=drain_run,
+            args=(run, stream, on_end),
+            kwargs={"open_while_paused": True},
+            name=f"run-{run.run_id}",
+            daemon=True,
         ).start()
 
 
@@ -189,9 +222,17 @@ def _last_event(run: WorkflowRun) -> tuple[str, ...]:
     return ("message_end", "error") if run.info.chat else ("workflow_finished",)
 
 
-def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -> None:
+def drain_run(
+    run: WorkflowRun,
+    stream: EventSink,
+    on_end: Callable[[], None],
+    *,
+    open_while_paused: bool = False,
+) -> None:
     """Publish every event of `run` into `stream`, end the stream with the run's last
-    event, then call `on_end` (after the engine's own clean-up)."""
+    event, then call `on_end` (after the engine's own clean-up). A run that
+    paused leaves its stream open when `open_while_paused` (its resumption
+    publishes into the same stream, positions going on)."""
     last = _last_event(run)
     try:
         for event in run:
@@ -203,7 +244,8 @@ def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -
         log.exception("run %s failed outside the engine", run.run_id)
         stream.publish(_internal_error(run))
     finally:
-        stream.end()
+        if not (open_while_paused and run.status == PAUSED):
+            stream.end()
         on_end()
 
 
@@ -254,6 +296,33 @@ class RunManager(Runs):
             self._active += 1
         self.executor.execute(run, handle.stream, lambda: self._ended(handle))
         return handle
+
+    def resume_form(self, app: App, form: FormRecord) -> None:
+        run = self.launcher.resume(app, form)
+        info = run.info
+        with self._lock:
+            task_id = self._by_run_id.get(info.workflow_run_id)
+            handle = self._runs.get(task_id) if task_id else None
+            if handle is None or handle.stream.ended:
+                # Paused in another process (or long ago): a stream from here on.
+                handle = RunHandle(
+                    task_id=info.task_id,
+                    workflow_run_id=info.workflow_run_id,
+                    app_stem=app.stem,
+                    app_id=info.app_id,
+                    user=info.user_id,
+                    chat=info.chat,
+                    stream=EventStream(first=run.position),
+                    stop=run.abort,
+                )
+                self._runs[handle.task_id] = handle
+                self._by_run_id[handle.workflow_run_id] = handle.task_id
+            else:
+                handle.stop = run.abort
+            self._active += 1
+        stream = handle.stream
+        assert isinstance(stream, EventStream)
+        self.executor.execute(run, stream, lambda: self._ended(handle))
 
     def _ended(self, handle: RunHandle) -> None:
         # Let the run go: a finished handle keeps its events, not the engine's
