@@ -45,6 +45,10 @@ def _no_needs(data: Any) -> Needs:
     return NO_NEEDS
 
 
+def _repeatable(data: Any) -> bool:
+    return True
+
+
 def _never_runs(data: Any, ctx: NodeContext) -> NodeResult:
     """A round start's `run`: the engine takes its edges without running it."""
     raise RuntimeError("a round start never runs")
@@ -76,6 +80,10 @@ class NodeSpec:
     inline: bool = False
     # Containers: how their rounds go.
     container: ContainerSpec | None = None
+    # Whether running it twice is harmless. A run resumed after a crash runs its
+    # in-flight nodes again (at least once); one that says False (a POST request,
+    # a tool, code) fails the resumed run instead of repeating its effect.
+    repeatable: Callable[[Any], bool] = _repeatable
 
     def __post_init__(self) -> None:
         if self.role is Role.RESPONSE and self.template is None:
