@@ -71,6 +71,14 @@ def _serve_parser():  # type: ignore[no-untyped-def]
         "(default: %(default)g)",
     )
     parser.add_argument(
+        "--form-sweep-interval",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="how often human-input forms past their deadline are looked for; they are "
+        "also looked for at start-up (default: %(default)g)",
+    )
+    parser.add_argument(
         "--no-access-log",
         dest="access_log",
         action="store_false",
@@ -275,6 +283,7 @@ def serve_main(argv: Sequence[str]) -> int:
                 max_connections=args.max_connections,
             ),
             access_log=args.access_log,
+            form_sweep_s=args.form_sweep_interval,
         )
         return serve_forever(config)
     except LocalizedError as exc:

@@ -94,6 +94,8 @@ class HumanInputApi:
     def _submit_form(self, request: Request, app: App, token: str) -> Response:
         body = bodies.validate(FormSubmitBody, bodies.parse_json(bodies.request_body(request)))
         form = self._form_of(app, token)
+        if not self.context.runs.resumes_forms:
+            raise ApiError(501, "not_implemented", "serve.error.resumeOnWorkers")
         try:
             hi.ensure_waiting(form, time.time())
             closed = hi.answer(

@@ -161,6 +161,8 @@ class Runs(ABC):
     """The runs the HTTP side starts, follows and stops, wherever they execute."""
 
     accepting: bool
+    # Whether `resume_form` can resume a paused run (checked before a form is closed).
+    resumes_forms: bool = True
 
     @abstractmethod
     def start(self, app: App, request: RunRequest) -> RunHandle:

@@ -37,6 +37,8 @@ from firstgate.serve.apps import AppDirectory, load_directory
 from firstgate.serve.connection_limits import ConnectionLimits
 from firstgate.serve.distributed.settings import DistributedSettings
 from firstgate.serve.file_links import FileLinks, files_base_url
+from firstgate.serve.form_deadlines import DEFAULT_INTERVAL_S as DEFAULT_FORM_SWEEP_S
+from firstgate.serve.form_deadlines import FormDeadlines
 from firstgate.serve.launch import Launcher
 from firstgate.serve.runs import RunManager, Runs
 from firstgate.store import open_store
@@ -69,6 +71,8 @@ class ServeConfig:
     # Where file links point (Dify's FILES_URL); None: the address served on.
     files_url: str | None = None
     access_log: bool = True  # a line per request on stderr (serve/access_log.py)
+    # How often forms past their deadline are looked for (serve/form_deadlines.py).
+    form_sweep_s: float = DEFAULT_FORM_SWEEP_S
 
 
 def raise_open_file_limit() -> None:
@@ -211,8 +215,13 @@ def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None)
 
     for number in (signal.SIGTERM, signal.SIGINT):
         gevent.signal_handler(number, on_signal)
+    deadlines = FormDeadlines(
+        service.context.store, service.context.runs, apps, config.form_sweep_s
+    )
     try:
+        deadlines.start()
         stopping.wait()
+        deadlines.stop()
         print(t("serve.stop.draining", config.locale, grace=config.grace), flush=True)
         server.close()  # stop accepting; open connections go on
         service.context.runs.drain(config.grace, t("serve.stoppedByShutdown", config.locale))

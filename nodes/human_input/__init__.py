@@ -22,7 +22,7 @@ import time
 from typing import Annotated, Any, Literal
 
 from firstgate.common.dsl import DslModel, between, dsl_error, shown
-from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError, Role
+from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError, Pause, Role
 from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.human_input import delivery, form
 from firstgate.nodes.selectors import Selector, template_selectors
@@ -226,8 +226,6 @@ def output_names(data: Data) -> set[str]:
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
-    from firstgate.nodes.base import Pause  # type: ignore[attr-defined]  # until the engine's pause lands
-
     forms = getattr(ctx.connectors, "forms", None)
     if forms is None:
         raise NodeRunError("errors.humanInput.noStore")

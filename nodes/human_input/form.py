@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from firstgate.common.files import File, from_mapping, is_file_mapping
 from firstgate.locales.localized_error import LocalizedError
-from firstgate.nodes.base import VariableReader
+from firstgate.nodes.base import NodeNotice, VariableReader
 from firstgate.nodes.values import as_text, render_text
 from firstgate.store.base import FormRecord
 
@@ -168,9 +168,7 @@ def required_data(definition: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def required_notice(definition: Mapping[str, Any]) -> Any:
-    from firstgate.nodes.base import NodeNotice  # type: ignore[attr-defined]  # until the engine's pause lands
-
+def required_notice(definition: Mapping[str, Any]) -> NodeNotice:
     return NodeNotice("human_input_required", required_data(definition))
 
 
@@ -289,7 +287,8 @@ def _files(
 ) -> Any:
     many = item["type"] == "file-list"
     entries = value if many else [value]
-    if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
+    # A mapping (Dify's file object) or, on the command line, an `@path` reference.
+    if not isinstance(entries, list) or not all(isinstance(e, Mapping | str) for e in entries):
         raise FormInvalid("errors.humanInput.notFiles", name=name)
     if many and len(entries) > int(item.get("number_limits", 5)):
         raise FormInvalid(
