@@ -239,6 +239,8 @@ def drain_run(
     paused leaves its stream open when `open_while_paused` (its resumption
     publishes into the same stream, positions going on)."""
     last = _last_event(run)
+    if open_while_paused:
+        last = tuple(name for name in last if name != "workflow_paused")
     try:
         for event in run:
             wire = event.to_dict()

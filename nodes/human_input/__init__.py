@@ -22,6 +22,7 @@ import time
 from typing import Annotated, Any, Literal
 
 from firstgate.common.dsl import DslModel, between, dsl_error, shown
+from firstgate.common.files import FileRules
 from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError, Pause, Role
 from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.human_input import delivery, form
@@ -201,6 +202,21 @@ class Data(BaseNodeData):
     @property
     def timeout_s(self) -> float:
         return self.timeout * (3600.0 if self.timeout_unit == "hour" else 86400.0)
+
+
+def upload_rules(data: Data, upload_config: Any = None) -> list[FileRules]:
+    """The rules under which this node's form takes files (an upload made for the
+    form is checked against them)."""
+    return [
+        FileRules.from_config(
+            item.allowed_file_types,
+            item.allowed_file_extensions,
+            item.allowed_file_upload_methods,
+            upload_config,
+        )
+        for item in data.inputs
+        if item.type in ("file", "file-list")
+    ]
 
 
 def handles(data: Data) -> set[str]:
