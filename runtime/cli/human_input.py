@@ -98,7 +98,8 @@ def ask(
     """Show the form and read one answer (not checked here: `answer` does it)."""
     title = terminal_safe(str(definition.get("node_title") or definition["node_id"]))
     print(f"\n== {title} ==", file=out)
-    print(terminal_safe(str(definition["form_content"])), file=out)
+    content = forms.OUTPUT_PLACE.sub(lambda m: f"[{m.group(1)}]", str(definition["form_content"]))
+    print(terminal_safe(content), file=out)
     defaults = definition.get("resolved_default_values", {})
     given: dict[str, Any] = {}
     for item in definition["inputs"]:
