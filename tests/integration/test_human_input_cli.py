@@ -124,7 +124,9 @@ def test_at_a_terminal_the_form_is_asked_and_the_run_goes_on(tmp_path: Path) -> 
         os.write(main, f"@{attachment}\n".encode())
         _read_until(main, r"references \(@path\): .*references \(@path\): ", seen)
         os.write(main, f"@{attachment}\n".encode())
-        _read_until(main, r"choose an action.*choose an action \(approve, apply_edit, reject\): ", seen)
+        _read_until(
+            main, r"choose an action.*choose an action \(approve, apply_edit, reject\): ", seen
+        )
         os.write(main, b"apply_edit\n")
         text = _read_until(main, r"Run succeeded", seen)
         assert process.wait(30) == 0
