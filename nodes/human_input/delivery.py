@@ -12,51 +12,13 @@ body has no `{{#url#}}`). The body goes as plain text.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from firstgate.common.dsl import dsl_error, note_warning
-from firstgate.connectors.smtp_mail import Mail, check_address, recipients_of, send_mail
+from firstgate.connectors.smtp_mail import Mail, send_mail
 from firstgate.nodes.base import NodeContext
+from firstgate.nodes.human_input.form import OpenedForm
+from firstgate.nodes.human_input.model import Data, external_addresses
 from firstgate.nodes.values import render_text
 
-if TYPE_CHECKING:
-    from firstgate.nodes.human_input import Data, EmailConfig
-    from firstgate.nodes.human_input.form import OpenedForm
-
 URL_PLACE = "{{#url#}}"
-
-
-def external_addresses(config: EmailConfig) -> tuple[str, ...]:
-    return recipients_of([r.email for r in config.recipients.items if r.type == "external"])
-
-
-def check_email_method(config: EmailConfig, context: Any) -> None:
-    """Refuse, at load, an email delivery this runtime cannot make."""
-    settings = (context or {}).get("settings") if isinstance(context, dict) else None
-    if not getattr(getattr(settings, "email", None), "smtp_host", None):
-        raise dsl_error(
-            "dsl.humanInput.emailNeedsSmtp",
-            "this form is delivered by email, and the runtime settings name no SMTP server: "
-            "set email.smtp_host (or turn the email delivery off)",
-        )
-    members = [r for r in config.recipients.items if r.type == "member"]
-    if members or config.recipients.whole_workspace:
-        note_warning(context, "dsl.warning.humanInputMembers", count=len(members))
-    addresses = external_addresses(config)
-    if not addresses:
-        raise dsl_error(
-            "dsl.humanInput.noRecipients",
-            "this form is delivered by email but names no email address to send it to",
-        )
-    for address in addresses:
-        try:
-            check_address(address)
-        except Exception:
-            raise dsl_error(
-                "dsl.humanInput.badAddress",
-                "{address} is not an email address",
-                address=address[:80],
-            ) from None
 
 
 def form_link(ctx: NodeContext, token: str) -> str:

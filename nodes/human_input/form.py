@@ -18,18 +18,15 @@ import secrets
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from firstgate.common.files import File, from_mapping, is_file_mapping
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.base import NodeNotice, VariableReader
+from firstgate.nodes.human_input.model import TIMEOUT_HANDLE, Data
 from firstgate.nodes.values import as_text, render_text
 from firstgate.store.base import FormRecord
 
-if TYPE_CHECKING:
-    from firstgate.nodes.human_input import Data
-
-TIMEOUT_HANDLE = "__timeout"
 ACTION_ID, ACTION_VALUE, RENDERED_CONTENT = "__action_id", "__action_value", "__rendered_content"
 RESERVED_OUTPUTS = (ACTION_ID, ACTION_VALUE, RENDERED_CONTENT)
 OUTPUT_PLACE = re.compile(r"\{\{#\$output\.([A-Za-z_][A-Za-z0-9_]{0,29})#\}\}")

@@ -124,6 +124,9 @@ def test_the_opened_form_has_the_run_s_values_and_keeps_the_input_places() -> No
 
 
 def _file(value: Any, item: Any) -> dict[str, Any]:
+    # As serve's resolver: a file object, else the input's refusal.
+    if not isinstance(value, dict):
+        raise forms.FormInvalid("errors.humanInput.notFiles", name=item["output_variable_name"])
     return {"name": value["url"], "input": item["output_variable_name"]}
 
 
