@@ -212,16 +212,10 @@ def test_a_form_whose_deadline_passed_while_nothing_ran_takes_the_timeout_branch
     token = events[-2]["data"]["form_token"]
     run_id = events[-1]["workflow_run_id"]
     # Time passes with no process running: the deadline is now behind us.
-    store = open_store(database)
-    try:
-        with store.db.transaction() as tx:  # type: ignore[attr-defined]
-            tx.execute(
-                "UPDATE human_input_forms SET expires_at = ? WHERE token = ?",
-                (time.time() - 1, token),
-            )
-    finally:
-        store.close()
-    with serve(tmp_path, NO_MODEL, apps=apps, keys=KEYS, database=database) as second:
+    _expire(database, token)
+    # Only the start-up look can take it: the periodic one is an hour away.
+    hour = ("--form-sweep-interval", "3600")
+    with serve(tmp_path, NO_MODEL, apps=apps, keys=KEYS, database=database, extra=hour) as second:
         with _client(second.url) as client:
             record = _finished(client, run_id)
             late = client.post(
@@ -231,3 +225,35 @@ def test_a_form_whose_deadline_passed_while_nothing_ran_takes_the_timeout_branch
     assert record["status"] == "succeeded"
     assert record["outputs"] == {"outcome": "__timeout"}
     assert late.status_code == 412 and late.json()["code"] == "human_input_form_expired"
+
+
+def _expire(database: str, token: str) -> None:
+    store = open_store(database)
+    try:
+        with store.db.transaction() as tx:  # type: ignore[attr-defined]
+            tx.execute(
+                "UPDATE human_input_forms SET expires_at = ? WHERE token = ?",
+                (time.time() - 1, token),
+            )
+    finally:
+        store.close()
+
+
+def test_a_deadline_that_passes_while_serve_runs_is_found_by_the_periodic_look(
+    tmp_path: Path, apps: Path
+) -> None:
+    database = str(tmp_path / "state.db")
+    often = ("--form-sweep-interval", "0.2")
+    with serve(tmp_path, NO_MODEL, apps=apps, keys=KEYS, database=database, extra=often) as server:
+        with _client(server.url) as client:
+            events = _start(client)
+            run_id = events[-1]["workflow_run_id"]
+            time.sleep(0.5)  # a few looks: nothing is due yet
+            assert client.get(f"/v1/workflows/run/{run_id}").json()["status"] == "paused"
+            _expire(database, events[-2]["data"]["form_token"])
+            record = _finished(client, run_id)
+            query = {"user": "ann", "continue_on_pause": "true"}
+            with client.stream("GET", f"/v1/workflow/{run_id}/events", params=query) as response:
+                names = [e["event"] for e in _frames(response)]
+    assert "human_input_form_timeout" in names and names[-1] == "workflow_finished"
+    assert record["outputs"] == {"outcome": "__timeout"}
