@@ -59,7 +59,7 @@ def main() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/x"
     settings = RuntimeSettings.model_validate({"http_request": {"allow": ["127.0.0.1"]}})
-    connectors = Connectors(settings)
+    connectors = Connectors.from_settings(settings)
     data = http_request.Data.model_validate(
         {"type": "http-request", "method": "get", "url": url, "headers": "Accept: */*"}
     )

@@ -33,9 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from firstgate.common.yaml_reader import parse_yaml
 from firstgate.nodes.templates.jinja import template_problem
 from firstgate.runtime import load_workflow
-from firstgate.runtime.dsl.yaml_reader import parse_yaml
 
 from bench.chain_dsl import chain_document, chain_yaml
 from bench.common import header, line

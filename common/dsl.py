@@ -102,7 +102,30 @@ def _milliseconds(value: Any) -> int | None:
 Milliseconds = Annotated[int | None, BeforeValidator(_milliseconds)]
 
 
+def _positive_seconds(value: Any) -> float | None:
+    try:
+        return parse_duration(value, strings=False, zero=False)
+    except DurationError:
+        raise dsl_error(
+            "dsl.models.positiveSeconds",
+            "must be a positive number of seconds, got {got}",
+            got=shown(value),
+        ) from None
+
+
+# A settings duration: a positive number of seconds, or empty.
+PositiveSeconds = Annotated[float | None, BeforeValidator(_positive_seconds)]
+
+
 class DslModel(BaseModel):
     """Unknown keys the editor writes (positions, icons, UI state) are ignored."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class SettingsModel(DslModel):
+    """A section of the settings file (or a part of one). Unlike an export, the
+    file is the operator's own: a key no model reads (misspelt, or renamed by an
+    upgrade) is a located problem at load time, never silently a default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)

@@ -1,6 +1,6 @@
 """How deep data from outside may nest: one bound for every structured input.
 
-YAML documents (`runtime/dsl/yaml_reader.py`) and JSON inputs (`nodes/start.py`)
+YAML documents (`common/yaml_reader.py`) and JSON inputs (`nodes/start.py`)
 are refused past `MAX_DEPTH` levels of lists and mappings. Dify's exports nest
 about 15 levels deep; 100 leaves room and keeps every recursive consumer
 (pydantic, json, rendering, the store) far from Python's stack limit.

@@ -24,6 +24,10 @@ from firstgate.connectors.knowledge import KnowledgeError, MetadataCondition, Re
 _MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
+# A retrieval's time bound unless the dataset's settings give another.
+DEFAULT_TIMEOUT_S = 30.0
+
+
 class ExternalKnowledge:
     def __init__(
         self,
@@ -31,7 +35,7 @@ class ExternalKnowledge:
         knowledge_id: str,
         api_key: str | None = None,
         *,
-        timeout_s: float = 30.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.url = endpoint.rstrip("/") + "/retrieval"
         self.knowledge_id = knowledge_id

@@ -9,30 +9,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from firstgate.common.sections import Sections
 from firstgate.connectors.api_tools import ApiAuth, ApiProvider
-from firstgate.connectors.guarded_http import (
-    DEFAULT_MAX_BINARY_BYTES,
-    DEFAULT_MAX_REDIRECTS,
-    DEFAULT_MAX_TEXT_BYTES,
-    GuardedHttp,
-    HttpLimits,
-)
+from firstgate.connectors.guarded_http import GuardedHttp
 from firstgate.connectors.knowledge import KnowledgeBackend, KnowledgeError
 from firstgate.connectors.mcp_client import McpServer
 from firstgate.connectors.net_policy import NetworkPolicy
-from firstgate.connectors.smtp_mail import MailError, MailServer
+from firstgate.connectors.settings import (
+    Dataset,
+    FilesSettings,
+    HttpRequestSettings,
+    KnowledgeSettings,
+    LocalDataset,
+    ToolsSettings,
+)
+from firstgate.connectors.smtp_mail import EmailSettings, MailError, MailServer
 from firstgate.connectors.tool_messages import ToolError
+from pydantic import BaseModel
 
 
 @dataclass
 class Connectors:
     """What nodes that reach the outside world get through their `NodeContext`.
 
-    `settings` is the runtime settings file (any object with its `http_request`,
-    `knowledge` and `tools` sections; absent sections mean the defaults).
+    `sections` are the runtime settings file's (`common.sections`): each reader
+    takes its own, typed (`connectors.sections.get(ToolsSettings)`).
     """
 
-    settings: Any = None
+    sections: Sections = field(default_factory=Sections)
     # Runs `workflow` tools: set by the runtime (it runs workflows; nothing
     # here can). `.run(provider_id, inputs, timeout_s=, cancel=) -> outputs`.
     workflow_tools: Any = None
@@ -45,33 +49,25 @@ class Connectors:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @classmethod
-    def from_settings(cls, settings: Any) -> Connectors:
-        return cls(settings)
+    def from_settings(cls, settings: BaseModel | None) -> Connectors:
+        """The connectors of a settings file (None: every default)."""
+        return cls(Sections(settings))
 
-    def section(self, name: str) -> Any:
-        return getattr(self.settings, name, None)
+    @property
+    def tools(self) -> ToolsSettings:
+        return self.sections.get(ToolsSettings)
 
     @property
     def http(self) -> GuardedHttp:
         with self._lock:
             if self._http is None:
-                section = self.section("http_request")
-                self._http = GuardedHttp(
-                    NetworkPolicy(getattr(section, "allow", ())),
-                    HttpLimits(
-                        max_redirects=getattr(section, "max_redirects", DEFAULT_MAX_REDIRECTS),
-                        max_text_bytes=getattr(section, "max_text_bytes", DEFAULT_MAX_TEXT_BYTES),
-                        max_binary_bytes=getattr(
-                            section, "max_binary_bytes", DEFAULT_MAX_BINARY_BYTES
-                        ),
-                    ),
-                )
+                section = self.sections.get(HttpRequestSettings)
+                self._http = GuardedHttp(NetworkPolicy(section.allow), section.limits())
             return self._http
 
-    def dataset(self, dataset_id: str) -> tuple[Any, KnowledgeBackend]:
+    def dataset(self, dataset_id: str) -> tuple[Dataset, KnowledgeBackend]:
         """The settings entry of a dataset and its backend (shared, built on first use)."""
-        datasets = getattr(self.section("knowledge"), "datasets", {}) or {}
-        spec = datasets.get(dataset_id)
+        spec = self.sections.get(KnowledgeSettings).datasets.get(dataset_id)
         if spec is None:
             raise KnowledgeError("errors.knowledge.unknownDataset", dataset=dataset_id)
         return spec, self.cached(f"knowledge:{dataset_id}", lambda: _backend(spec))
@@ -81,7 +77,7 @@ class Connectors:
         private temporary folder made once per process (kept: the files are outputs)."""
         with self._lock:
             if self._files_dir is None:
-                configured = getattr(self.section("files"), "dir", None)
+                configured = self.sections.get(FilesSettings).dir
                 self._files_dir = (
                     Path(configured).expanduser()
                     if configured
@@ -91,8 +87,8 @@ class Connectors:
 
     def mcp_server(self, server_id: str) -> McpServer:
         """The MCP server an `mcp` tool node names (its `provider_id`)."""
-        tools = self.section("tools")
-        spec = (getattr(tools, "mcp_servers", None) or {}).get(server_id)
+        tools = self.tools
+        spec = tools.mcp_servers.get(server_id)
         if spec is None:
             raise ToolError("errors.tool.unknownMcpServer", server=server_id)
         headers = {
@@ -106,16 +102,15 @@ class Connectors:
                 spec.url,
                 headers,
                 timeout_s=spec.timeout_s,
-                max_file_bytes=getattr(tools, "max_file_bytes", 10 * 1024 * 1024),
+                max_file_bytes=tools.max_file_bytes,
             ),
         )
 
     def mail_server(self) -> MailServer:
         """The SMTP server of the settings' `email` section (the loader refuses a
         node that mails when it names none); its password from the environment."""
-        section = self.section("email")
-        host = getattr(section, "smtp_host", None)
-        if section is None or not host:
+        section = self.sections.get(EmailSettings)
+        if not section.smtp_host:
             raise MailError("errors.email.noServer")
         password = None
         if section.password_env:
@@ -123,7 +118,7 @@ class Connectors:
             if not password:
                 raise MailError("errors.email.missingPassword", env=section.password_env)
         return MailServer(
-            host=host,
+            host=section.smtp_host,
             port=section.smtp_port,
             security=section.security,
             sender=section.sender,
@@ -134,7 +129,7 @@ class Connectors:
 
     def api_provider(self, provider_id: str) -> ApiProvider:
         """The `api` tool provider the settings define (`tools.api_providers`)."""
-        spec = (getattr(self.section("tools"), "api_providers", None) or {}).get(provider_id)
+        spec = self.tools.api_providers.get(provider_id)
         if spec is None:
             raise ToolError("errors.tool.unknownApiProvider", provider=provider_id)
         auth = spec.auth
@@ -177,8 +172,8 @@ def env_value(name: str, what: str) -> str:
     return value
 
 
-def _backend(spec: Any) -> KnowledgeBackend:
-    if spec.kind == "local":
+def _backend(spec: Dataset) -> KnowledgeBackend:
+    if isinstance(spec, LocalDataset):
         from firstgate.connectors.local_index import LocalIndex
 
         return LocalIndex(spec.index)

@@ -57,6 +57,10 @@ class McpTool:
         return found
 
 
+# A call's time bound unless the settings give the server another (`tools.mcp_servers`).
+DEFAULT_TIMEOUT_S = 60.0
+
+
 class McpServer:
     """One configured server; safe to share between threads and greenlets."""
 
@@ -66,8 +70,8 @@ class McpServer:
         url: str,
         headers: Mapping[str, str] | None = None,
         *,
-        timeout_s: float = 60.0,
-        max_file_bytes: int = 10 * 1024 * 1024,
+        max_file_bytes: int,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.server_id = server_id
         self.url = url

@@ -8,6 +8,20 @@ checked before anything is sent: a recipient list cannot be smuggled into a
 header. The password is read from the environment by the caller and never
 appears in an error (smtplib's own texts are dropped; the error names the
 host and what failed).
+
+Its settings are the settings file's `email` section (`EmailSettings`):
+
+    email:
+      smtp_host: smtp.example.com     # none: a human-input node that mails is refused at load
+      smtp_port: 587
+      security: starttls              # none | starttls | ssl
+      username: robot@example.com
+      password_env: SMTP_PASSWORD     # the password is read from this variable, never the file
+      sender: "Review robot <robot@example.com>"
+      timeout_s: 10                   # connect, and each command after it
+      form_url: https://forms.example.com/form/   # the link in the mail: form_url + token
+
+Without `form_url` the mail carries the form's token for `firstgate resume`.
 """
 
 from __future__ import annotations
@@ -19,13 +33,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from email.utils import make_msgid
+from typing import Annotated, Literal
 
+from firstgate.common.dsl import SettingsModel, between
 from firstgate.connectors.errors import ConnectorError
+from pydantic import Field
 
 # An address as the form sends to it: one `@`, no spaces, quotes or angle brackets.
 _ADDRESS = re.compile(r"^[^@\s<>\"',;:()\[\]\\]{1,64}@[A-Za-z0-9.-]{1,253}$")
 MAX_RECIPIENTS = 100
 MAX_SUBJECT_CHARS = 200
+
+
+class EmailSettings(SettingsModel):
+    smtp_host: str | None = None
+    smtp_port: Annotated[int, between(1, 65535)] = 587
+    security: Literal["none", "starttls", "ssl"] = "starttls"
+    username: str | None = None
+    password_env: str | None = None
+    sender: str = Field(default="firstgate@localhost", min_length=3)
+    timeout_s: Annotated[int, between(1, 300)] = 10
+    form_url: str | None = None
 
 
 class MailError(ConnectorError):

@@ -21,6 +21,7 @@ score, doc_metadata}}`, highest score first, ready for an LLM node's context.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Literal
 
 from firstgate.common.dsl import DslModel, dsl_error
@@ -103,14 +104,22 @@ def _condition(data: Data, variables: VariableReader) -> MetadataCondition | Non
     return MetadataCondition(conditions.logical_operator or "and", tuple(resolved))
 
 
+def _segment_id(dataset_id: str, document_id: str, content: str) -> str:
+    """A segment's id, stable across runs (Dify's segments always have one; the
+    typed client SDK requires it): from where the text is and what it says."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{dataset_id}/{document_id}\n{content}"))
+
+
 def _item(record: Record, dataset_id: str, dataset_name: str, kind: str) -> dict[str, Any]:
+    document_id = record.document_id or record.title
     return {
         "metadata": {
             "_source": "knowledge",
             "dataset_id": dataset_id,
             "dataset_name": dataset_name,
-            "document_id": record.document_id or record.title,
+            "document_id": document_id,
             "document_name": record.title,
+            "segment_id": _segment_id(dataset_id, document_id, record.content),
             "data_source_type": kind,
             "retriever_from": "workflow",
             "score": record.score,

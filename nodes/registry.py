@@ -32,6 +32,8 @@ from firstgate.nodes import (
     start,
     template_transform,
     tool,
+    trigger_schedule,
+    trigger_webhook,
     variable_aggregator,
 )
 from firstgate.nodes.spec import NodeSpec
@@ -59,6 +61,8 @@ SPECS: tuple[NodeSpec, ...] = (
     round_start.SPEC,
     loop_end.SPEC,
     human_input.SPEC,
+    trigger_webhook.SPEC,
+    trigger_schedule.SPEC,
 )
 
 
@@ -80,8 +84,9 @@ KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
     {
         "datasource",
         "knowledge-index",
-        "trigger-webhook",
-        "trigger-schedule",
         "trigger-plugin",
     }
 )
+# Of those, the ones a run would start at: a workflow rooted at one is refused for
+# that node, not for lacking a start node.
+UNSUPPORTED_ROOTS: frozenset[str] = frozenset({"trigger-plugin"})

@@ -6,13 +6,15 @@ module is imported, never a hook silently left out. What most nodes leave out
 has a default: the PLAIN role, no older type names, the success edge only, no
 needs, no variables read, no outputs, no retries, run on a worker thread.
 `__post_init__` refuses what cannot work: a response node without a template,
-a container role without a `ContainerSpec` (or one on another role), and a
-node without `run` unless it is a round start (the engine never runs those).
+a container role without a `ContainerSpec` (or one on another role), a root
+without `accepts` (or `accepts` on another role), a trigger that is not a
+root, and a node without `run` unless it is a round start (the engine never
+runs those).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +86,15 @@ class NodeSpec:
     # in-flight nodes again (at least once); one that says False (a POST request,
     # a tool, code) fails the resumed run instead of repeating its effect.
     repeatable: Callable[[Any], bool] = _repeatable
+    # A root node: what it makes of the run's inputs (the start node checks its
+    # declared variables, a trigger what its trigger hands over), given the
+    # app's upload config; raises the node's `InputError`s.
+    accepts: Callable[[Any, Mapping[str, Any], Mapping[str, Any] | None], dict[str, Any]] | None = (
+        None
+    )
+    # A trigger (webhook, schedule): a root that something outside starts, never
+    # beside a start node, only in a workflow app.
+    trigger: bool = False
 
     def __post_init__(self) -> None:
         if self.role is Role.RESPONSE and self.template is None:
@@ -93,5 +104,9 @@ class NodeSpec:
                 f"node {self.type!r}: a container role declares a ContainerSpec, "
                 "and only a container does"
             )
+        if (self.role is Role.ROOT) != (self.accepts is not None):
+            raise TypeError(f"node {self.type!r}: a root declares what it accepts, and only a root")
+        if self.trigger and self.role is not Role.ROOT:
+            raise TypeError(f"node {self.type!r}: a trigger is a root")
         if self.run is _never_runs and self.role is not Role.ROUND_START:
             raise TypeError(f"node {self.type!r} declares no run")

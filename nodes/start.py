@@ -252,4 +252,5 @@ SPEC = NodeSpec(
     output_names=output_names,
     supports_retry=False,
     inline=True,
+    accepts=validate_inputs,
 )

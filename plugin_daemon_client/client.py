@@ -38,7 +38,7 @@ from .errors import (
 )
 from .gate import Gate, GateTripped, current_gate
 from .protocols import PROTOCOLS, ChatCall, Endpoint, StreamDecoder, WireProtocol
-from .protocols.base import Item, ToolSpec, TruncatedFrame
+from .protocols.base import DEFAULT_USER_ID, Item, ToolSpec, TruncatedFrame
 from .protocols.frames import BODY_STARTED, Frame, FrameError, ToolCallDelta, Usage
 from .protocols.request import PreparedRequest
 from .sse import DEFAULT_MAX_LINE_BYTES, SSEViolation
@@ -121,7 +121,7 @@ class LLMClient:
         tenant_id: str | None = None,
         plugin_id: str | None = None,
         *,
-        user_id: str = "firstgate",
+        user_id: str = DEFAULT_USER_ID,
         timeout: httpx.Timeout | None = None,
         limits: httpx.Limits | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,

@@ -30,7 +30,7 @@ from firstgate.common.cancel import Cancellable
 from firstgate.common.redaction import MIN_SECRET_CHARS, Redactor, ServerText
 
 from . import errors
-from .client import _endpoint, one_exit
+from .client import DEFAULT_MAX_REPLY_BYTES, _endpoint, one_exit
 from .errors import (
     ClientConfigError,
     MalformedFrameError,
@@ -38,11 +38,11 @@ from .errors import (
     StreamProgress,
 )
 from .gate import Gate, first_token_gate
+from .protocols.base import DEFAULT_USER_ID
 from .protocols.plugin_daemon import daemon_error, error_from_status
 from .sse import SSEDecoder, SSEViolation
 from .transport import GatedTransport
 
-DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024
 _ERROR_BODY_LIMIT = 64 * 1024
 
 
@@ -69,7 +69,7 @@ class PluginToolClient:
         tenant_id: str,
         api_key: str | None = None,
         *,
-        user_id: str = "firstgate",
+        user_id: str = DEFAULT_USER_ID,
         max_line_bytes: int = 16 * 1024 * 1024,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:

@@ -15,7 +15,7 @@ with RunResources.open(settings, store=store, loader=load_workflow) as resources
     run = workflow.run({}, RunOptions(query="hi", user_id="ada"), resources)
 """
 
-from firstgate.runtime.dsl.problems import DslError, Problem
+from firstgate.common.problems import DslError, Problem
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.events import Event
 from firstgate.runtime.execution.limits import RunLimits

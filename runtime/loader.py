@@ -15,21 +15,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from firstgate.common.dsl import QUOTE_LIMIT, shown
-from firstgate.nodes.base import ANY_OUTPUT, FAIL_HANDLE, Role
-from firstgate.nodes.registry import KNOWN_UNSUPPORTED, NODE_TYPES
-from firstgate.nodes.templates.jinja import counting_templates
-from firstgate.runtime.dsl.ancestry import Ancestry
-from firstgate.runtime.dsl.app_modes import EasyApp, compile_document
-from firstgate.runtime.dsl.dsl_models import Document, Edge, RawNode
-from firstgate.runtime.dsl.graph import EdgeDef, Graph, NodeDef, find_cycle
-from firstgate.runtime.dsl.problems import (
+from firstgate.common.problems import (
     DslError,
     NodeRef,
     Problem,
     SourcePlace,
     problems_from_validation,
 )
-from firstgate.runtime.dsl.yaml_reader import Places, read_yaml_mapping
+from firstgate.common.sections import Sections, validation_context
+from firstgate.common.yaml_reader import Places, read_yaml_mapping
+from firstgate.nodes.base import ANY_OUTPUT, FAIL_HANDLE, Role
+from firstgate.nodes.registry import KNOWN_UNSUPPORTED, NODE_TYPES, UNSUPPORTED_ROOTS
+from firstgate.nodes.templates.jinja import counting_templates
+from firstgate.runtime.dsl.ancestry import Ancestry
+from firstgate.runtime.dsl.app_modes import EasyApp, compile_document
+from firstgate.runtime.dsl.dsl_models import Document, Edge, RawNode
+from firstgate.runtime.dsl.graph import EdgeDef, Graph, NodeDef, find_cycle
 from firstgate.runtime.execution.variable_pool import (
     SYS_VARIABLES,
     USER_INPUT,
@@ -89,7 +90,7 @@ def load_document(
             raw = read_yaml_mapping(source, places=places)
             stem = Path(source).stem if stem is None else stem
         # An easy-mode app (chat, agent-chat, completion) becomes its graph first.
-        raw, easy = compile_document(raw, settings)
+        raw, easy = compile_document(raw, Sections(settings))
         return _Loader(raw, settings, easy, places, stem).load()
 
 
@@ -121,8 +122,9 @@ class _Loader:
         self.easy = easy
         self.places = places
         self.stem = stem
-        # Node models read it from the validation context (`info.context["settings"]`).
-        self.context = {"settings": settings}
+        self.settings = settings
+        # Node models read their sections from the validation context (`common.sections`).
+        self.context = validation_context(Sections(settings))
         self.problems: list[Problem] = []
         # What Dify loads but runs in its own way (an edge never taken, a value
         # missing): reported, never refused.
@@ -146,7 +148,7 @@ class _Loader:
             nodes = self._nodes(document.workflow.graph.nodes)
         self._containers(nodes)
         edges = self._edges(document.workflow.graph.edges, nodes)
-        start_id = self._start(nodes)
+        start_id = self._start(nodes, document.app.mode)
         roots = self._round_roots(nodes, edges)
         # Ancestry over every level: a container runs before its rounds' nodes.
         pairs = [(e.source, e.target) for e in edges] + list(roots.items())
@@ -280,7 +282,7 @@ class _Loader:
     def _schema_problems(self, node: NodeDef, ref: NodeRef) -> Iterator[Problem]:
         """A node's answer schema that a route it may take cannot express (only
         with the settings the workflow will run with)."""
-        settings = self.context["settings"]
+        settings = self.settings
         if settings is None or not node.needs.json_schemas:
             return
         routes = ModelRoutes(settings)
@@ -387,21 +389,34 @@ class _Loader:
         graph = self.raw.get("workflow", {}).get("graph", {})
         return [n for n in graph.get("nodes", []) if isinstance(n, dict)]
 
-    def _start(self, nodes: dict[str, NodeDef]) -> str | None:
-        starts = [n for n in nodes.values() if n.spec.role is Role.ROOT and n.parent is None]
-        if not starts:
+    def _start(self, nodes: dict[str, NodeDef], mode: str) -> str | None:
+        """The node a run starts at: the start node, or the first trigger. A
+        workflow starts from one start node or from its triggers (several may
+        feed one graph, Dify's rule), never both; triggers only in a workflow app."""
+        roots = [n for n in nodes.values() if n.spec.role is Role.ROOT and n.parent is None]
+        if not roots:
             start_declared = any(
-                isinstance(n.get("data"), dict) and n["data"].get("type") == "start"
+                isinstance(n.get("data"), dict) and _root_type(n["data"].get("type"))
                 for n in self.raw_nodes()
             )
-            if not start_declared:  # a broken start node was reported already
+            if not start_declared:  # a broken or refused root was reported already
                 self.problems.append(Problem("dsl.graph.noStart", {}))
             return None
+        starts = [n for n in roots if not n.spec.trigger]
+        triggers = [n for n in roots if n.spec.trigger]
         for extra in starts[1:]:
             self.problems.append(
                 Problem("dsl.graph.multipleStarts", {"first": starts[0].id}, _ref(extra))
             )
-        return starts[0].id
+        if starts and triggers:
+            self.problems.append(
+                Problem("dsl.graph.startWithTrigger", {"start": starts[0].id}, _ref(triggers[0]))
+            )
+        if triggers and mode != "workflow":
+            self.problems.append(
+                Problem("dsl.trigger.notWorkflow", {"mode": mode}, _ref(triggers[0]))
+            )
+        return roots[0].id
 
     def _selectors(
         self, graph: Graph, ancestry: Ancestry, env: dict[str, Any], conversation: set[str]
@@ -535,6 +550,15 @@ def _at(place: SourcePlace | None, problems: list[Problem]) -> list[Problem]:
     if place is None:
         return problems
     return [p if p.place is not None else dataclasses.replace(p, place=place) for p in problems]
+
+
+def _root_type(node_type: Any) -> bool:
+    """Whether a node of this type would be a run's root (the start node, a
+    trigger, or a trigger refused by name)."""
+    if not isinstance(node_type, str):
+        return False
+    spec = NODE_TYPES.get(node_type)
+    return node_type in UNSUPPORTED_ROOTS or (spec is not None and spec.role is Role.ROOT)
 
 
 def _plain(value: Any) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from firstgate.common.files import FileRules
 from firstgate.nodes import start
+from firstgate.nodes.base import Role
 from firstgate.nodes.templates.jinja import reserve_templates
 from firstgate.runtime.dsl.graph import Graph, NodeDef
 from firstgate.runtime.execution.checkpoint import (
@@ -98,6 +99,7 @@ class Workflow:
     # The hash of the app's graph and variables (what `workflow_id` is made from):
     # a checkpoint taken under another is refused.
     graph_hash: str = ""
+    _root_graphs: dict[str, Graph] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.templates:
@@ -120,6 +122,44 @@ class Workflow:
     @property
     def start_node(self) -> NodeDef:
         return self.graph.nodes[self.graph.start_id]
+
+    @property
+    def roots(self) -> list[NodeDef]:
+        """Where runs may start: the start node, or each trigger."""
+        return [n for n in self.graph.nodes.values() if n.spec.role is Role.ROOT]
+
+    @property
+    def triggered(self) -> bool:
+        """Whether runs start from triggers (webhook, schedule), not from a caller."""
+        return self.start_node.spec.trigger
+
+    @property
+    def input_variables(self) -> list[start.InputVariable]:
+        """The start node's declared inputs (a trigger declares none)."""
+        data = self.start_node.data
+        return list(data.variables) if isinstance(data, start.Data) else []
+
+    def graph_from(self, root: str | None) -> Graph:
+        """The graph a run from `root` runs: what that root reaches (Dify builds a
+        triggered run's graph from its root node; another trigger's branch is not part
+        of it). None: the workflow's first root."""
+        root = root or self.graph.start_id
+        if root == self.graph.start_id and len(self.roots) == 1:
+            return self.graph
+        node = self.graph.nodes.get(root)
+        if node is None or node.spec.role is not Role.ROOT:
+            raise start.InputError("dsl.input.noRoot", node=root)
+        cached = self._root_graphs.get(root)
+        if cached is None:
+            reach = replace(self.graph, start_id=root).reachable
+            cached = Graph(
+                nodes={k: v for k, v in self.graph.nodes.items() if k in reach},
+                edges=[e for e in self.graph.edges if e.source in reach and e.target in reach],
+                start_id=root,
+                children={k: v for k, v in self.graph.children.items() if k in reach},
+            )
+            self._root_graphs[root] = cached
+        return cached
 
     def llm_providers(self) -> set[str]:
         """Model providers the nodes the run can reach call (each node says which)."""
@@ -147,19 +187,22 @@ class Workflow:
         return any(n.needs.code_executor for n in self.graph.reachable_nodes())
 
     def prepare_inputs(
-        self, inputs: Mapping[str, Any], query: str | None = None
+        self, inputs: Mapping[str, Any], query: str | None = None, root: str | None = None
     ) -> tuple[dict[str, Any], str | None]:
-        """Validated start inputs and sys.query.
+        """The inputs as the run's root accepts them (the start node's declared
+        variables, a trigger's request), and sys.query.
 
         In an advanced-chat flow an input named `query` that the start node
         does not declare is the user's message (sys.query).
         """
-        data: start.Data = self.start_node.data  # type: ignore[assignment]
+        graph = self.graph_from(root)
+        node = graph.nodes[graph.start_id]
         values = dict(inputs)
-        declared = start.output_names(data)
+        declared = node.spec.output_names(node.data)
         if query is None and self.chat and "query" in values and "query" not in declared:
             query = str(values.pop("query"))
-        return start.validate_inputs(data, values, self.upload_config), query
+        assert node.spec.accepts is not None  # every root declares it (nodes/spec.py)
+        return node.spec.accepts(node.data, values, self.upload_config), query
 
     def run(
         self,
@@ -207,7 +250,8 @@ class Workflow:
         resources: RunResources,
         owned: ExitStack,
     ) -> WorkflowRun:
-        values, sys_query = self.prepare_inputs(inputs, options.query)
+        values, sys_query = self.prepare_inputs(inputs, options.query, options.root)
+        graph = self.graph_from(options.root)
         options = replace(options, query=sys_query)
         self.check_plugin_daemon(resources.settings)
         providers = self.llm_providers()
@@ -221,10 +265,11 @@ class Workflow:
             raise start.InputError("dsl.input.filesDisabled")
         session.attach_files(self.file_upload.rules, self.file_upload.limit)
         session.note_input_files(values)
-        return self._engine(values, options, resources, session, owned, None, None)
+        return self._engine(graph, values, options, resources, session, owned, None, None)
 
     def _engine(
         self,
+        graph: Graph,
         values: dict[str, Any],
         options: RunOptions,
         resources: RunResources,
@@ -241,7 +286,7 @@ class Workflow:
             if record is not None:
                 checkpointer.resumed(record)
         return WorkflowRun(
-            self.graph,
+            graph,
             values,
             session=session,
             resources=resources,
@@ -346,7 +391,7 @@ class Workflow:
         inputs = decode(snapshot.inputs)
         session.note_input_files(inputs)
         resume = Resume(snapshot, resolved)
-        return self._engine(inputs, options, resources, session, owned, resume, record)
+        return self._engine(self.graph, inputs, options, resources, session, owned, resume, record)
 
 
 def _checkpoint_lease(options: RunOptions) -> float:

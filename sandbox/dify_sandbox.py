@@ -39,7 +39,7 @@ from firstgate.sandbox.errors import (
     CodeSandboxViolationError,
     CodeTimeoutError,
 )
-from firstgate.sandbox.executor import Language, OutputLimits
+from firstgate.sandbox.executor import DEFAULT_TIMEOUT_S, Language, OutputLimits
 
 RESULT_TAG = "<<RESULT>>"
 _RESULT = re.compile(f"{RESULT_TAG}(.*){RESULT_TAG}", re.DOTALL)
@@ -87,7 +87,7 @@ def jinja_runner(template: str, inputs: Mapping[str, Any], options: Mapping[str,
 class DifySandboxConfig:
     base_url: str
     api_key: str = DEFAULT_API_KEY
-    timeout_s: float = 10.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     connect_timeout_s: float = 10.0
     network: bool = False
     max_reply_bytes: int = 16 * 1024 * 1024

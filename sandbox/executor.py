@@ -18,6 +18,10 @@ from firstgate.common.cancel import Cancellable
 
 Language = Literal["python3", "javascript", "jinja2"]
 
+# How long one job may take (wall clock) unless the settings say otherwise,
+# for either executor.
+DEFAULT_TIMEOUT_S = 10.0
+
 
 @dataclass(frozen=True, slots=True)
 class OutputLimits:

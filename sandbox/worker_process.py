@@ -34,6 +34,7 @@ from typing import Any, BinaryIO
 from firstgate.common.cancel import Cancellable
 from firstgate.sandbox.confinement import WRITABLE_DEVICES
 from firstgate.sandbox.errors import CodeRuntimeUnavailableError
+from firstgate.sandbox.executor import DEFAULT_TIMEOUT_S
 from firstgate.sandbox.worker import framing
 
 ZYGOTE = str(Path(__file__).resolve().parent / "worker" / "zygote.py")
@@ -48,7 +49,7 @@ OWNER_MARK = ".owner"
 
 @dataclass(frozen=True, slots=True)
 class SandboxLimits:
-    wall_s: float = 10.0
+    wall_s: float = DEFAULT_TIMEOUT_S
     cpu_s: float = 5.0
     memory_mb: int = 256
     file_size_mb: int = 16

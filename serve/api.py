@@ -18,8 +18,10 @@ from firstgate.common.files import DEFAULT_SIZE_LIMITS, MB, FileType
 from firstgate.locales import normalize_locale, t
 from firstgate.nodes.base import RoutePlanner
 from firstgate.runtime.settings import RuntimeSettings
-from firstgate.serve import bodies, uploads
+from firstgate.serve import bodies, uploads, webhooks
 from firstgate.serve.access_log import APP_ENVIRON_KEY
+from firstgate.serve.agent_chat import AGENT_CHAT_MODE, AgentChatReply, message_thoughts
+from firstgate.serve.agent_chat import blocking_refused as agent_blocking_refused
 from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.completion import CompletionBody, CompletionReply, not_completion_app
 from firstgate.serve.errors import (
@@ -93,6 +95,9 @@ class ServeContext:
     links: FileLinks = field(default_factory=FileLinks)
     # Where file links point (`file_links.files_base_url`); set once the address is known.
     files_url: str = ""
+    # The apps' webhook triggers by id, and the most a webhook body may carry.
+    hooks: dict[str, webhooks.Webhook] = field(default_factory=dict)
+    webhook_max_body: int = webhooks.DEFAULT_MAX_BODY
 
 
 def _rules() -> Map:
@@ -104,6 +109,12 @@ def _rules() -> Map:
             Rule("/console/<name>", endpoint="console_file", methods=["GET"]),
             Rule("/files/<upload_id>/file-preview", endpoint="public_file", methods=["GET"]),
             Rule("/v1/info", endpoint="info", methods=["GET"]),
+            # Dify's webhook trigger: any method (a wrong one is the webhook's 400).
+            Rule(
+                "/triggers/webhook/<webhook_id>",
+                endpoint="webhook",
+                methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+            ),
             Rule("/v1/meta", endpoint="meta", methods=["GET"]),
             Rule("/v1/parameters", endpoint="parameters", methods=["GET"]),
             Rule("/v1/files/upload", endpoint="upload", methods=["POST"]),
@@ -212,7 +223,7 @@ class ServiceApi(RecordsApi, HumanInputApi):
             endpoint, values = self.urls.bind_to_environ(request.environ).match()
             _refuse_nul(values.items(), request.args.items(multi=True))
             handler = getattr(self, f"_{endpoint}")
-            if endpoint.startswith(("console", "public")):
+            if endpoint.startswith(("console", "public", "webhook")):
                 return handler(request, **values)
             app = self._app(request)
             request.environ[APP_ENVIRON_KEY] = app.stem  # for the access log
@@ -238,6 +249,32 @@ class ServiceApi(RecordsApi, HumanInputApi):
         return app
 
     # ---- the console
+
+    def _webhook(self, request: Request, webhook_id: str) -> Response:
+        """A webhook trigger's call: no API key, the id is the secret (Dify)."""
+        hook = self.context.hooks.get(webhook_id)
+        if hook is not None:
+            request.environ[APP_ENVIRON_KEY] = hook.app.stem  # for the access log
+        return webhooks.handle(
+            request,
+            hook,
+            self.context.runs,
+            self._keep_webhook_file,
+            limit=self.context.webhook_max_body,
+            base_url=self.context.files_url,
+            locale=_locale(request),
+        )
+
+    def _keep_webhook_file(self, app: App, filename: str, data: bytes) -> dict[str, Any]:
+        record = uploads.store_bytes(
+            app,
+            webhooks.WEBHOOK_USER,
+            filename,
+            data,
+            directory=self.context.uploads_dir,
+            store=self.context.store,
+        )
+        return uploads.local_file(record)
 
     def _console_index(self, request: Request) -> Response:
         return self._console_file(request, "index.html")
@@ -342,6 +379,8 @@ class ServiceApi(RecordsApi, HumanInputApi):
     def _run_workflow(self, request: Request, app: App) -> Response:
         if app.chat or app.completion:
             raise not_workflow_app()
+        if app.workflow.triggered:
+            raise ApiError(400, "invalid_param", "serve.error.triggerApp")
         body = bodies.validate(bodies.WorkflowRunBody, bodies.parse_json(_body(request)))
         handle = self._start(
             app,
@@ -360,6 +399,9 @@ class ServiceApi(RecordsApi, HumanInputApi):
         if not app.chat:
             raise not_chat_app()
         body = bodies.validate(bodies.ChatBody, bodies.parse_json(_body(request)))
+        agent = app.mode == AGENT_CHAT_MODE
+        if agent and body.response_mode != "streaming":
+            raise agent_blocking_refused()
         if body.conversation_id is not None:
             self._conversation(app, body.conversation_id, body.user)
         handle = self._start(
@@ -371,6 +413,8 @@ class ServiceApi(RecordsApi, HumanInputApi):
             conversation=body.conversation_id,
             base_url=self.context.files_url,
         )
+        if agent:
+            return self._translated_stream(handle, AgentChatReply(handle).frames)
         if body.response_mode == "streaming":
             return self._streaming(handle)
         return _json(chat_reply(handle, app, _wait(handle.stream)))
@@ -426,7 +470,7 @@ class ServiceApi(RecordsApi, HumanInputApi):
     def _translated_stream(
         self, handle: RunHandle, translate: Callable[[bytes], list[bytes]]
     ) -> Response:
-        """Another app mode's events (a completion app's), unnumbered as Dify's."""
+        """Another app mode's events (a completion or agent app's), unnumbered as Dify's."""
 
         def frames() -> Iterator[bytes]:
             for event in handle.stream.follow(self.context.ping_interval):
@@ -569,13 +613,22 @@ class ServiceApi(RecordsApi, HumanInputApi):
         except KeyError:
             raise not_found("serve.error.noFirstMessage") from None
         rated = self.context.store.ratings([m.id for m in page])
+        agent = app.mode == AGENT_CHAT_MODE
         return _json(
             {
                 "limit": query.limit,
                 "has_more": more,
-                "data": [message(m, rated.get(m.id)) for m in page],
+                "data": [
+                    message(m, rated.get(m.id), self._thoughts(m) if agent else []) for m in page
+                ],
             }
         )
+
+    def _thoughts(self, record: MessageRecord) -> list[dict[str, Any]]:
+        """An agent app's message's rounds, from its run's agent node."""
+        run = self.context.store.run(record.workflow_run_id) if record.workflow_run_id else None
+        agents = [n.process_data for n in run.nodes if n.node_type == "agent"] if run else []
+        return message_thoughts(agents, record.id, int(record.created_at))
 
     def _conversations(self, request: Request, app: App) -> Response:
         if not app.chat:
@@ -718,7 +771,11 @@ def chat_reply(handle: RunHandle, app: App, events: list[dict[str, Any]]) -> dic
     }
 
 
-def message(record: MessageRecord, rating: str | None = None) -> dict[str, Any]:
+def message(
+    record: MessageRecord,
+    rating: str | None = None,
+    agent_thoughts: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     return {
         "id": record.id,
         "conversation_id": record.conversation_id,
@@ -729,7 +786,7 @@ def message(record: MessageRecord, rating: str | None = None) -> dict[str, Any]:
         "message_files": [],
         "feedback": {"rating": rating} if rating else None,
         "retriever_resources": [],
-        "agent_thoughts": [],
+        "agent_thoughts": agent_thoughts or [],
         "created_at": int(record.created_at),
         "status": record.status,
         "error": record.error,

@@ -34,14 +34,20 @@ def app_model(app: App) -> ModelConfig | None:
     return None
 
 
-def _ask(app: App, clients: RoutePlanner | None, messages: list[dict[str, Any]]) -> str | None:
+def _ask(
+    app: App,
+    clients: RoutePlanner | None,
+    messages: list[dict[str, Any]],
+    parameters: dict[str, Any] | None = None,
+) -> str | None:
     """The app's model's reply to `messages`; None when there is no model or it failed."""
     model = app_model(app)
     if clients is None or model is None:
         return None
     try:
         plan = plan_for(clients, model.provider)
-        return invoke(plan, ModelRequest(model=model.name, messages=messages), Sinks()).text
+        request = ModelRequest(model=model.name, messages=messages, parameters=parameters or {})
+        return invoke(plan, request, Sinks()).text
     except Exception as exc:  # noqa: BLE001 - Dify falls back when the model fails
         log.warning("asking the app's model for a conversation name or questions failed: %s", exc)
         return None
@@ -60,25 +66,37 @@ def generate_name(app: App, clients: RoutePlanner | None, query: str) -> str:
     return name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 3] + "..."
 
 
+# Dify's shape of the request (`generate_suggested_questions_after_answer`): one
+# user message, the conversation as `Human:`/`Assistant:` lines, then what to
+# answer and the word `questions:`; no sampling, a short reply. The wording is ours.
 _SUGGEST = (
-    "Predict the three questions the user is most likely to ask next in the "
-    "conversation below, each under 20 characters, in the conversation's language. "
-    "Reply with a JSON array of the three strings and nothing else."
+    "Predict the three questions the human is most likely to ask next, each under "
+    "20 characters, in the language of the assistant's latest reply. Answer with "
+    'a JSON array of strings only, like ["question1","question2","question3"].'
 )
+_SUGGEST_PARAMETERS = {"temperature": 0, "max_tokens": 256}
 _ARRAY = re.compile(r"\[.*?\]", re.DOTALL)
-SUGGESTED = 3  # questions at most, as Dify asks for
+SUGGEST_TURNS = 3  # the last turns the model reads, as Dify's memory gives them
+# Dify reads at most 3,000 tokens of them; about four characters a token.
+SUGGEST_HISTORY_CHARS = 12_000
+
+
+def _history(turns: list[tuple[str, str]]) -> str:
+    """The last answered turns as `Human:`/`Assistant:` lines, the oldest dropped
+    first while they are longer than the bound."""
+    lines = [f"Human: {q}\nAssistant: {a}" for q, a in turns if a][-SUGGEST_TURNS:]
+    while len(lines) > 1 and sum(len(line) + 1 for line in lines) > SUGGEST_HISTORY_CHARS:
+        lines.pop(0)
+    return "\n".join(lines)[-SUGGEST_HISTORY_CHARS:]
 
 
 def suggest_questions(
     app: App, clients: RoutePlanner | None, turns: list[tuple[str, str]]
 ) -> list[str]:
-    """Up to three next questions after `turns` (query, answer; oldest first)."""
-    history = "\n".join(f"Human: {q}\nAssistant: {a}" for q, a in turns)
-    text = _ask(
-        app,
-        clients,
-        [{"role": "system", "content": _SUGGEST}, {"role": "user", "content": history}],
-    )
+    """The questions the app's model predicts after `turns` (query, answer; oldest
+    first): the first JSON array in its reply, its strings; none on a failure."""
+    prompt = f"{_history(turns)}\n{_SUGGEST}\nquestions:\n"
+    text = _ask(app, clients, [{"role": "user", "content": prompt}], _SUGGEST_PARAMETERS)
     found = _ARRAY.search(text or "")
     if found is None:
         return []
@@ -86,4 +104,4 @@ def suggest_questions(
         value = json.loads(found.group(0))
     except ValueError:
         return []
-    return [str(q) for q in value if isinstance(q, str) and q.strip()][:SUGGESTED]
+    return [q for q in value if isinstance(q, str) and q.strip()]

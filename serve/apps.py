@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from firstgate.common.sections import Sections
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.runtime.dsl.app_modes import compile_document
 from firstgate.runtime.loader import read_document
@@ -98,7 +99,7 @@ def load_app(path: Path, key: str, settings: RuntimeSettings | None = None) -> A
     `settings` define the api and workflow tools its tool and agent nodes use."""
     raw = read_document(path)
     workflow = load_workflow(raw, settings=settings, stem=path.stem)
-    raw, _ = compile_document(raw, settings)  # an easy-mode app's features and form
+    raw, _ = compile_document(raw, Sections(settings))  # an easy-mode app's features and form
     app_section = raw.get("app", {})
     features = raw.get("workflow", {}).get("features") or {}
     return App(

@@ -253,6 +253,7 @@ def serve_main(argv: Sequence[str]) -> int:
     from firstgate.serve.connection_limits import ConnectionLimits
     from firstgate.serve.distributed.settings import require_shared_store
     from firstgate.serve.server import ServeConfig, serve_forever
+    from firstgate.serve.webhooks import max_body
 
     args = _serve_parser().parse_args(list(argv))
     locale, apps_dir = _locale_and_apps(args)
@@ -275,6 +276,7 @@ def serve_main(argv: Sequence[str]) -> int:
             locale=locale,
             # Seconds of silence before a `ping` event (Dify's 10); tests shorten it.
             ping_interval=float(os.environ.get("FIRSTGATE_SSE_PING_S", "10")),
+            webhook_max_body=max_body(os.environ),
             distributed=distributed,
             files_url=_files_url(args.files_url or os.environ.get("FIRSTGATE_FILES_URL")),
             connections=ConnectionLimits(

@@ -48,6 +48,8 @@ class RunRequest:
     query: str | None = None
     conversation_id: str | None = None
     base_url: str = ""
+    # The trigger node the run starts at (a webhook's, a schedule's); None: the start node.
+    root: str | None = None
     task_id: str = field(default_factory=_new_id)
     workflow_run_id: str = field(default_factory=_new_id)
 
@@ -79,6 +81,8 @@ class Launcher:
             return self.links.link(request.base_url, upload_id)
 
         inputs = uploads.resolve_inputs(request.inputs, app, self.store, link)
+        if request.root is not None:
+            inputs = uploads.resolve_webhook_files(inputs, app, request.root, self.store, link)
         files = uploads.resolve_files(request.files, app, self.store, link)
         return inputs, files
 
@@ -86,7 +90,7 @@ class Launcher:
         """The request's inputs and files, checked as `open` checks them (ApiError)."""
         inputs, _ = self._resolve(app, request)
         with start_errors():
-            app.workflow.prepare_inputs(inputs, request.query)
+            app.workflow.prepare_inputs(inputs, request.query, request.root)
 
     def open(self, app: App, request: RunRequest) -> WorkflowRun:
         """Start the run (ApiError when it cannot start)."""
@@ -100,6 +104,7 @@ class Launcher:
                 limits=self.limits or RunLimits(),
                 run_id=request.workflow_run_id,
                 task_id=request.task_id,
+                root=request.root,
             )
             return app.workflow.run(inputs, options, self.resources)
 

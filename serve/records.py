@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 from firstgate.nodes.base import RoutePlanner
 from firstgate.serve import bodies
-from firstgate.serve.app_model import generate_name, suggest_questions
+from firstgate.serve.app_model import SUGGEST_TURNS, generate_name, suggest_questions
 from firstgate.serve.apps import App
 from firstgate.serve.errors import (
     ApiError,
@@ -389,8 +389,11 @@ class RecordsApi:
         feature = app.features.get("suggested_questions_after_answer") or {}
         if not feature.get("enabled"):
             raise bad_request("serve.error.suggestedOff")
-        # The last turns up to this message, as Dify's memory gives them (3).
-        page, _ = self._store.message_page(found.conversation_id, before_id=message_id, limit=2)
+        # The turns up to this message; `suggest_questions` reads the last answered
+        # ones (a few more are fetched for the failed turns it skips).
+        page, _ = self._store.message_page(
+            found.conversation_id, before_id=message_id, limit=3 * SUGGEST_TURNS
+        )
         turns = [(m.query, m.answer) for m in (*page, found)]
         questions = suggest_questions(app, self.context.clients, turns)
         return _reply({"result": "success", "data": questions})

@@ -175,6 +175,11 @@ class Runs(ABC):
     @abstractmethod
     def get(self, task_id: str) -> RunHandle | None: ...
 
+    def claim_tick(self, key: str) -> bool:
+        """Whether this process fires a schedule's tick (`key`: app, node, time).
+        Runs that execute in this process answer for this process alone: yes."""
+        return True
+
     @abstractmethod
     def by_run_id(self, workflow_run_id: str) -> RunHandle | None: ...
 

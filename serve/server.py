@@ -41,6 +41,8 @@ from firstgate.serve.form_deadlines import DEFAULT_INTERVAL_S as DEFAULT_FORM_SW
 from firstgate.serve.form_deadlines import FormDeadlines
 from firstgate.serve.launch import Launcher
 from firstgate.serve.runs import RunManager, Runs
+from firstgate.serve.schedules import Scheduler, schedules
+from firstgate.serve.webhooks import DEFAULT_MAX_BODY, webhooks
 from firstgate.store import open_store
 from firstgate.store.base import Store
 from firstgate.store.sqlite import default_path
@@ -73,6 +75,8 @@ class ServeConfig:
     access_log: bool = True  # a line per request on stderr (serve/access_log.py)
     # How often forms past their deadline are looked for (serve/form_deadlines.py).
     form_sweep_s: float = DEFAULT_FORM_SWEEP_S
+    # Dify's WEBHOOK_REQUEST_BODY_MAX_SIZE: the most a webhook call's body may carry.
+    webhook_max_body: int = DEFAULT_MAX_BODY
 
 
 def raise_open_file_limit() -> None:
@@ -118,8 +122,10 @@ class Service:
     context: ServeContext
     api: ServiceApi
     launcher: Launcher
+    scheduler: Scheduler
 
     def close(self) -> None:
+        self.scheduler.stop()
         self.context.runs.close()
         self.launcher.close()
 
@@ -153,11 +159,14 @@ def build_service(
             ping_interval=config.ping_interval,
             links=launcher.links,
             files_url=config.files_url or "",
+            hooks=webhooks(apps),
+            webhook_max_body=config.webhook_max_body,
         )
+        scheduler = Scheduler(schedules(apps), runs, base_url=lambda: context.files_url)
     except BaseException:
         launcher.close()
         raise
-    return Service(context, ServiceApi(context), launcher)
+    return Service(context, ServiceApi(context), launcher, scheduler)
 
 
 def _default_uploads(database: str | None) -> Path:
@@ -176,6 +185,13 @@ def report_apps(apps: AppDirectory, locale: str | None) -> None:
         )
     for app in apps.apps.values():
         print(t("serve.start.app", locale, name=app.name, file=app.path.name, mode=app.mode))
+    for hook in webhooks(apps).values():
+        print(
+            t("serve.start.webhook", locale, name=hook.app.name, node=hook.node.id, path=hook.path)
+        )
+    for plan in schedules(apps):
+        where = {"cron": plan.text, "timezone": plan.zone.key}
+        print(t("serve.start.schedule", locale, name=plan.app.name, node=plan.node.id, **where))
 
 
 def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None) -> int:
@@ -208,6 +224,7 @@ def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None)
     host, port = server.address[:2]
     service.context.files_url = files_base_url(config.files_url, config.host, port)
     print(t("serve.start.listening", config.locale, url=f"http://{host}:{port}/"), flush=True)
+    service.scheduler.start()
     stopping = gevent.event.Event()
 
     def on_signal() -> None:
@@ -223,6 +240,7 @@ def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None)
         stopping.wait()
         deadlines.stop()
         print(t("serve.stop.draining", config.locale, grace=config.grace), flush=True)
+        service.scheduler.stop()  # no tick starts a run while the others drain
         server.close()  # stop accepting; open connections go on
         service.context.runs.drain(config.grace, t("serve.stoppedByShutdown", config.locale))
         server.stop(timeout=2.0)

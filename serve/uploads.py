@@ -31,7 +31,7 @@ from firstgate.common.files import (
     TransferMethod,
     file_type_for,
 )
-from firstgate.nodes import human_input
+from firstgate.nodes import human_input, trigger_webhook
 from firstgate.serve.apps import App
 from firstgate.serve.errors import ApiError, invalid_param
 from firstgate.store.base import Store, UploadRecord
@@ -46,7 +46,7 @@ def upload_rules(app: App) -> list[FileRules]:
     config = app.workflow.upload_config
     rules = [
         spec.file_rules(config)
-        for spec in app.workflow.start_node.data.variables  # type: ignore[attr-defined]
+        for spec in app.workflow.input_variables
         if spec.type in FILE_INPUT_TYPES
     ]
     if app.workflow.file_upload.enabled:
@@ -126,6 +126,45 @@ def save_upload(
     return record
 
 
+def store_bytes(
+    app: App, user: str, filename: str, data: bytes, *, directory: Path, store: Store
+) -> UploadRecord:
+    """Bytes a trigger's request carried (a webhook's files), kept as an upload of
+    the app: bounded by the webhook's body limit, not by the app's upload rules."""
+    name = safe_name(filename) or "upload.bin"
+    extension, mime_type = files.name_facts(name)
+    upload_id = str(uuid.uuid4())
+    folder = directory / upload_id
+    folder.mkdir(parents=True)
+    try:
+        partial = folder / ".partial"
+        partial.write_bytes(data)
+        final = folder / name
+        os.replace(partial, final)
+        record = UploadRecord(
+            id=upload_id,
+            app_id=app.workflow.app_id,
+            user_id=user,
+            name=name,
+            size=len(data),
+            extension=extension.lstrip("."),
+            mime_type=mime_type,
+            path=str(final),
+            created_at=time.time(),
+        )
+        store.add_upload(record)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return record
+
+
+def local_file(record: UploadRecord) -> dict[str, Any]:
+    """Dify's file object of an upload, as a request names it."""
+    kind = file_type_for("." + record.extension if record.extension else "", record.mime_type)
+    return {"type": kind.value, "transfer_method": "local_file", "upload_file_id": record.id}
+
+
 def _copy_capped(stream: IO[bytes], target: Path, limit: int) -> int | None:
     """Copy at most `limit` bytes; None when the stream holds more."""
     size = 0
@@ -170,10 +209,7 @@ def resolve_inputs(
     inputs: Mapping[str, Any], app: App, store: Store, link: Linker
 ) -> dict[str, Any]:
     """The body's inputs with every file input resolved (others are left to the start node)."""
-    kinds = {
-        spec.variable: spec.type
-        for spec in app.workflow.start_node.data.variables  # type: ignore[attr-defined]
-    }
+    kinds = {spec.variable: spec.type for spec in app.workflow.input_variables}
     resolved = dict(inputs)
     for name, value in inputs.items():
         kind = kinds.get(name)
@@ -185,6 +221,33 @@ def resolve_inputs(
         else:
             resolved[name] = resolve_file(value, name, app, store, link)
     return resolved
+
+
+def resolve_webhook_files(
+    inputs: Mapping[str, Any], app: App, root: str, store: Store, link: Linker
+) -> dict[str, Any]:
+    """A webhook run's inputs with the files its request carried (saved by
+    `serve/webhooks.py` as the app's uploads) as Files: the multipart file
+    fields, and an `application/octet-stream` body. Only those places: a JSON
+    body naming an upload is text, never a file."""
+    node = app.workflow.graph.nodes.get(root)
+    data = node.data if node is not None else None
+    request = inputs.get("webhook_data")
+    if not isinstance(data, trigger_webhook.Data) or not isinstance(request, Mapping):
+        return dict(inputs)
+    resolved = dict(request)
+    carried = request.get("files")
+    if isinstance(carried, Mapping):
+        resolved["files"] = {
+            str(name): resolve_file(value, f"files.{name}", app, store, link)
+            for name, value in carried.items()
+        }
+    body = request.get("body")
+    if data.content_type == "application/octet-stream" and isinstance(body, Mapping):
+        raw = body.get("raw")
+        if raw is not None:
+            resolved["body"] = {**body, "raw": resolve_file(raw, "body", app, store, link)}
+    return {**inputs, "webhook_data": resolved}
 
 
 def resolve_files(items: list[Any] | None, app: App, store: Store, link: Linker) -> list[File]:

@@ -22,6 +22,7 @@ from firstgate.serve.access_log import AccessLog
 from firstgate.serve.distributed.settings import require_shared_store, settings_from_env
 from firstgate.serve.file_links import files_base_url
 from firstgate.serve.server import DEFAULT_GRACE_S, ServeConfig, Service, build_service, report_apps
+from firstgate.serve.webhooks import max_body
 
 SERVICE: Service | None = None
 
@@ -39,6 +40,7 @@ def config_from_env() -> ServeConfig:
         database=database,
         uploads_dir=Path(uploads) if uploads else None,
         grace=float(os.environ.get("FIRSTGATE_GRACE", DEFAULT_GRACE_S)),
+        webhook_max_body=max_body(os.environ),
         distributed=distributed,
         files_url=files_base_url(
             os.environ.get("FIRSTGATE_FILES_URL"), *_bind(os.environ.get("FIRSTGATE_BIND", ""))
@@ -58,6 +60,7 @@ def application():  # type: ignore[no-untyped-def]
     if SERVICE is None:
         SERVICE = build_service(config_from_env(), os.environ)
         report_apps(SERVICE.context.apps, None)
+        SERVICE.scheduler.start()
     if os.environ.get("FIRSTGATE_ACCESS_LOG", "").strip().lower() in ("off", "0", "false", "no"):
         return SERVICE.api
     return AccessLog(SERVICE.api)

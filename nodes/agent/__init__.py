@@ -32,12 +32,18 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from firstgate.common.dsl import DslModel, dsl_error, shown
+from firstgate.common.sections import Sections, context_sections, validation_context
 from firstgate.nodes.agent import plugin as agent_plugin
 from firstgate.nodes.agent.strategies import Rounds, function_calling, react
 from firstgate.nodes.agent.tools import ToolEntry, bind
 from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError
 from firstgate.nodes.config import BaseNodeData
-from firstgate.nodes.llm.prompt import MemoryConfig, history_messages
+from firstgate.nodes.llm.prompt import (
+    MemoryConfig,
+    VisionConfig,
+    history_messages,
+    vision_selectors,
+)
 from firstgate.nodes.model_call import Invocation, ModelConfig, move_legacy_gate_params
 from firstgate.nodes.selectors import Selector, template_selectors
 from firstgate.nodes.spec import NodeSpec
@@ -66,6 +72,10 @@ class Data(BaseNodeData):
     agent_strategy_label: str = ""
     agent_parameters: dict[str, AgentInput] = Field(default_factory=dict)
     memory: MemoryConfig | None = None
+    # Not in Dify's agent node: an agent-chat app's `file_upload` images go to
+    # its model with the query, as Dify's agent runner sends them (built-in
+    # strategies; `runtime/dsl/app_modes` sets it).
+    vision: VisionConfig = Field(default_factory=VisionConfig)
     invocation: Invocation = Field(default_factory=Invocation)
 
     @model_validator(mode="before")
@@ -105,7 +115,7 @@ class Data(BaseNodeData):
         model = self.model  # checked here: a missing model is a load-time problem
         if not model.name:
             raise dsl_error("dsl.agent.model", "the agent has no model")
-        self._tools = self._read_tools((info.context or {}).get("settings"))
+        self._tools = self._read_tools(context_sections(info))
         iterations = self.maximum_iterations
         if not 1 <= iterations <= MAX_ITERATIONS:
             raise dsl_error(
@@ -153,12 +163,12 @@ class Data(BaseNodeData):
             self._tools = self._read_tools(None)
         return self._tools
 
-    def _read_tools(self, settings: Any) -> list[ToolEntry]:
+    def _read_tools(self, sections: Sections | None) -> list[ToolEntry]:
         """Each entry checked as it is read (a tool that cannot run here is refused)."""
         raw = self._value("tools") or []
         if not isinstance(raw, list):
             raise dsl_error("dsl.agent.tools", "the agent's tools must be a list")
-        context = {"settings": settings}
+        context = validation_context(sections or Sections())
         return [ToolEntry.model_validate(entry, context=context) for entry in raw]
 
     @property
@@ -185,7 +195,7 @@ def selectors(data: Data) -> list[Selector]:
             found.append(tuple(item.value))
         elif isinstance(item.value, str):
             found.extend(template_selectors(item.value))
-    return found
+    return [*found, *vision_selectors(data.vision)]
 
 
 def needs(data: Data) -> Needs:
@@ -246,6 +256,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
         budgets=data.invocation.budgets(),
         tools=bind(data.tools, ctx.variables),
         maximum=data.maximum_iterations,
+        vision=data.vision,
     )
     strategy = function_calling if data.strategy == "function_calling" else react
     result = strategy(rounds, instruction, context, history, query)
@@ -263,6 +274,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
             "model_name": data.model.name,
             "rounds": result.rounds,
             "model_calls": result.calls,
+            "agent_thoughts": result.thoughts,
         },
     )
 

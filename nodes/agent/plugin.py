@@ -20,7 +20,7 @@ from typing import Any
 
 from firstgate.connectors.tool_messages import MessageType, ToolMessage
 from firstgate.nodes.base import AgentLogEntry, NodeContext, NodeResult, NodeRunError
-from firstgate.nodes.tool import DEFAULT_MAX_FILE_BYTES, DEFAULT_TIMEOUT_S, collect
+from firstgate.nodes.tool import collect
 from firstgate.nodes.tool.providers import PluginProvider, capped, daemon_messages
 
 
@@ -68,9 +68,8 @@ def run(
 ) -> NodeResult:
     if ctx.connectors is None:
         raise NodeRunError("errors.connector.missing")
-    tools = ctx.connectors.section("tools")
-    timeout_s = float(getattr(tools, "timeout_s", DEFAULT_TIMEOUT_S))
-    max_file_bytes = int(getattr(tools, "max_file_bytes", DEFAULT_MAX_FILE_BYTES))
+    tools = ctx.connectors.tools
+    timeout_s, max_file_bytes = tools.timeout_s, tools.max_file_bytes
     provider = PluginProvider.from_settings(strategy.provider_id, ctx.connectors)
     sent = _with_history(parameters, history)
     stream = provider.client.invoke_agent_strategy(

@@ -32,6 +32,7 @@ from firstgate.common.files import File
 from firstgate.nodes.agent.tools import BoundTool, ToolRun, call
 from firstgate.nodes.base import AgentLogEntry, NodeContext
 from firstgate.nodes.llm.json_answer import read_json_object
+from firstgate.nodes.llm.prompt import VisionConfig, attach_vision
 from firstgate.nodes.model_call import ModelConfig, call_model
 from firstgate.plugin_daemon_client.invoke import (
     CallBudgets,
@@ -52,6 +53,13 @@ class Rounds:
     budgets: CallBudgets
     tools: dict[str, BoundTool]
     maximum: int
+    vision: VisionConfig | None = None
+
+    def with_images(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages with the turn's images on the last user message (vision on)."""
+        if self.vision is not None:
+            attach_vision(messages, self.vision, self.ctx.variables)
+        return messages
 
 
 @dataclass(slots=True)
@@ -62,6 +70,24 @@ class AgentResult:
     usage: dict[str, int] = field(default_factory=dict)
     rounds: int = 0
     calls: list[dict[str, Any]] = field(default_factory=list)
+    # One record a round, kept in the node's process data: what an agent app's
+    # messages list as their `agent_thoughts` (`serve/agent_chat.py` shapes them).
+    thoughts: list[dict[str, Any]] = field(default_factory=list)
+
+    def note(
+        self, round_id: str, text: str, tools: list[str], tool_input: dict[str, Any]
+    ) -> dict[str, Any]:
+        noted = {
+            "id": round_id,
+            "position": len(self.thoughts) + 1,
+            "thought": text,
+            "tools": tools,
+            "tool_input": tool_input,
+            "observation": {},
+            "files": [],
+        }
+        self.thoughts.append(noted)
+        return noted
 
     def add(self, reply: ModelReply) -> None:
         self.calls.append(reply.process_data())
@@ -125,9 +151,27 @@ def _ask(
 
 
 def _run_tool(
-    rounds: Rounds, name: str, arguments: Any, round_log: _Log, result: AgentResult
+    rounds: Rounds,
+    name: str,
+    arguments: Any,
+    round_log: _Log,
+    result: AgentResult,
+    noted: dict[str, Any],
 ) -> str:
     """One tool call as the model asked for it; returns the observation."""
+    observation = _call_tool(rounds, name, arguments, round_log, result, noted)
+    noted["observation"][name] = observation
+    return observation
+
+
+def _call_tool(
+    rounds: Rounds,
+    name: str,
+    arguments: Any,
+    round_log: _Log,
+    result: AgentResult,
+    noted: dict[str, Any],
+) -> str:
     log = _Log(rounds.ctx, f"CALL {name}", round_log)
     tool = rounds.tools.get(name)
     if tool is None:
@@ -140,8 +184,15 @@ def _run_tool(
         return observation
     run = call(tool, arguments, rounds.ctx)
     result.took(run)
+    noted["files"] += [f.id for f in run.files]
     log.end(
-        {"tool_call_name": name, "tool_call_input": arguments, "tool_response": run.observation},
+        {
+            "tool_call_name": name,
+            "tool_call_input": arguments,
+            "tool_response": run.observation,
+            # The files the tool made (an agent app's `message_file` events).
+            "files": [f.to_dict() for f in run.files],
+        },
         error=run.error,
         provider=tool.entry.provider,
     )
@@ -162,6 +213,7 @@ def function_calling(
     system = _system("", instruction, context)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     messages += [*history, {"role": "user", "content": query}]
+    rounds.with_images(messages)  # the query's message stays in every round
     texts: list[str] = []
     specs = tuple(tool.spec for tool in rounds.tools.values())
     for number in range(1, rounds.maximum + 1):
@@ -173,8 +225,12 @@ def function_calling(
         reply = _ask(rounds, messages, stream_text=True, tools=offered)
         result.add(reply)
         calls = reply.tool_calls if offered else ()
+        names = [c.name for c in calls]
+        # What an agent app's `agent_thought` shows before the tools run.
+        tool_input = {c.name: c.parsed_arguments() for c in calls}
+        noted = result.note(round_log.id, reply.text, names, tool_input)
         thought.end(
-            {"output": reply.text, "tool_calls": [c.name for c in calls]},
+            {"output": reply.text, "tool_calls": names, "tool_input": tool_input},
             tokens=(reply.usage_dict() or {}).get("total_tokens", 0),
         )
         texts.append(reply.text)
@@ -184,7 +240,7 @@ def function_calling(
         messages.append(_assistant_with_calls(reply.text, calls))
         for request in calls:
             observation = _run_tool(
-                rounds, request.name, request.parsed_arguments(), round_log, result
+                rounds, request.name, request.parsed_arguments(), round_log, result, noted
             )
             messages.append(
                 {
@@ -287,12 +343,21 @@ def react(
         if last and scratchpad:
             prompt += f"\nNo more tools now: write the {FINAL_ANSWER} action."
         thought = _Log(rounds.ctx, f"{rounds.model.name} Thought", round_log)
-        asked = [*messages, {"role": "user", "content": prompt}]
+        asked = rounds.with_images([*messages, {"role": "user", "content": prompt}])
         reply = _ask(rounds, asked, stream_text=False, stop=["Observation:"])
         result.add(reply)
         action = read_action(reply.text)
+        acts = action is not None and action.name != FINAL_ANSWER and not last
+        names = [action.name] if acts and action else []
+        tool_input = {action.name: action.arguments} if acts and action else {}
+        noted = result.note(round_log.id, reply.text, names, tool_input)
         thought.end(
-            {"output": reply.text, "action": action.name if action else None},
+            {
+                "output": reply.text,
+                "action": action.name if action else None,
+                "tool_calls": names,
+                "tool_input": tool_input,
+            },
             tokens=(reply.usage_dict() or {}).get("total_tokens", 0),
         )
         if action is None or action.name == FINAL_ANSWER or last:
@@ -300,7 +365,7 @@ def react(
             final = _final_text(reply.text, final_action)
             round_log.end({"output": final})
             break
-        observation = _run_tool(rounds, action.name, action.arguments, round_log, result)
+        observation = _run_tool(rounds, action.name, action.arguments, round_log, result, noted)
         scratchpad += f"{reply.text.strip()}\nObservation: {observation}\n"
         round_log.end({"output": reply.text, "action": action.name})
     result.text = final

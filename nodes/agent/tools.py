@@ -28,11 +28,12 @@ from typing import Any
 
 from firstgate.common.dsl import DslModel
 from firstgate.common.files import File, from_bytes
+from firstgate.common.sections import context_sections
 from firstgate.connectors import builtin_tools
 from firstgate.connectors.tool_messages import MessageType, ToolError, ToolMessage
 from firstgate.connectors.tool_parameters import ParamType, ToolParameter
 from firstgate.nodes.base import NodeContext, VariableReader
-from firstgate.nodes.tool import DEFAULT_MAX_FILE_BYTES, DEFAULT_TIMEOUT_S, check_provider
+from firstgate.nodes.tool import check_provider
 from firstgate.nodes.tool.providers import ToolCall, capped, provider_for
 from firstgate.nodes.values import render_text
 from firstgate.plugin_daemon_client.protocols import ToolSpec
@@ -85,7 +86,7 @@ class ToolEntry(DslModel):
                 self.provider,
                 self.provider_name,
                 self.tool_name,
-                settings=(info.context or {}).get("settings"),
+                sections=context_sections(info),
             )
         return self
 
@@ -216,9 +217,8 @@ def call(tool: BoundTool, arguments: Mapping[str, Any], ctx: NodeContext) -> Too
     it and may try again), as in Dify's agents."""
     if ctx.connectors is None:
         return ToolRun(observation="", error="no connectors")
-    settings = ctx.connectors.section("tools")
-    timeout_s = float(getattr(settings, "timeout_s", DEFAULT_TIMEOUT_S))
-    max_file = int(getattr(settings, "max_file_bytes", DEFAULT_MAX_FILE_BYTES))
+    tools = ctx.connectors.tools
+    timeout_s, max_file = tools.timeout_s, tools.max_file_bytes
     values = {**dict(arguments), **tool.fixed}
     entry = tool.entry
     try:

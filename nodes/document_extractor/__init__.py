@@ -19,12 +19,11 @@ from typing import Any
 from firstgate.common.files import File
 from firstgate.nodes.base import NodeContext, NodeResult
 from firstgate.nodes.config import BaseNodeData, SelectorField
-from firstgate.nodes.document_extractor.text import DocumentError, Limits, extract_text
+from firstgate.nodes.document_extractor.settings import DocumentExtractorSettings
+from firstgate.nodes.document_extractor.text import DocumentError, extract_text
 from firstgate.nodes.file_content import read
 from firstgate.nodes.selectors import Selector
 from firstgate.nodes.spec import NodeSpec
-
-DEFAULT_MAX_FILE_BYTES = 15 * 1024 * 1024  # Dify's document upload limit
 
 
 class Data(BaseNodeData):
@@ -53,26 +52,19 @@ def _files(value: Any, selector: Selector) -> File | list[File]:
     raise DocumentError("errors.document.notFiles", selector=where)
 
 
-def _limits(ctx: NodeContext) -> tuple[int, Limits]:
-    section = ctx.connectors.section("document_extractor") if ctx.connectors else None
-    defaults = Limits()
-    limits = Limits(
-        max_pages=getattr(section, "max_pages", defaults.max_pages),
-        max_chars=getattr(section, "max_text_chars", defaults.max_chars),
-        max_unzipped_bytes=getattr(section, "max_unzipped_bytes", defaults.max_unzipped_bytes),
-    )
-    return getattr(section, "max_file_bytes", DEFAULT_MAX_FILE_BYTES), limits
-
-
 def _text(file: File, ctx: NodeContext) -> str:
-    max_bytes, limits = _limits(ctx)
-    data = read(file, ctx, max_bytes)
+    section = (
+        ctx.connectors.sections.get(DocumentExtractorSettings)
+        if ctx.connectors
+        else DocumentExtractorSettings()
+    )
+    data = read(file, ctx, section.max_file_bytes)
     return extract_text(
         data,
         name=file.filename or file.id,
         extension=file.extension,
         mime_type=file.mime_type,
-        limits=limits,
+        limits=section.limits(),
     )
 
 

@@ -12,7 +12,7 @@ body has no `{{#url#}}`). The body goes as plain text.
 
 from __future__ import annotations
 
-from firstgate.connectors.smtp_mail import Mail, send_mail
+from firstgate.connectors.smtp_mail import EmailSettings, Mail, send_mail
 from firstgate.nodes.base import NodeContext
 from firstgate.nodes.human_input.form import OpenedForm
 from firstgate.nodes.human_input.model import Data, external_addresses
@@ -22,7 +22,7 @@ URL_PLACE = "{{#url#}}"
 
 
 def form_link(ctx: NodeContext, token: str) -> str:
-    base = getattr(ctx.connectors.section("email"), "form_url", None) if ctx.connectors else None
+    base = ctx.connectors.sections.get(EmailSettings).form_url if ctx.connectors else None
     return f"{base}{token}" if base else token
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from firstgate.common.dsl import DslModel, between, dsl_error, note_warning, shown
-from firstgate.connectors.smtp_mail import check_address, recipients_of
+from firstgate.common.sections import context_sections
+from firstgate.connectors.smtp_mail import EmailSettings, check_address, recipients_of
 from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.selectors import Selector
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
@@ -161,7 +162,7 @@ class Data(BaseNodeData):
                     method=method.type,
                 )
             if method.type == "email":
-                check_email_method(self.email_config(method), info.context)
+                check_email_method(self.email_config(method), info)
         return self
 
     @property
@@ -190,10 +191,10 @@ def external_addresses(config: EmailConfig) -> tuple[str, ...]:
     return recipients_of([r.email for r in config.recipients.items if r.type == "external"])
 
 
-def check_email_method(config: EmailConfig, context: Any) -> None:
+def check_email_method(config: EmailConfig, info: ValidationInfo) -> None:
     """Refuse, at load, an email delivery this runtime cannot make."""
-    settings = (context or {}).get("settings") if isinstance(context, dict) else None
-    if not getattr(getattr(settings, "email", None), "smtp_host", None):
+    section = context_sections(info).find(EmailSettings)
+    if section is None or not section.smtp_host:
         raise dsl_error(
             "dsl.humanInput.emailNeedsSmtp",
             "this form is delivered by email, and the runtime settings name no SMTP server: "
@@ -201,7 +202,7 @@ def check_email_method(config: EmailConfig, context: Any) -> None:
         )
     members = [r for r in config.recipients.items if r.type == "member"]
     if members or config.recipients.whole_workspace:
-        note_warning(context, "dsl.warning.humanInputMembers", count=len(members))
+        note_warning(info.context, "dsl.warning.humanInputMembers", count=len(members))
     addresses = external_addresses(config)
     if not addresses:
         raise dsl_error(

@@ -41,8 +41,10 @@ from typing import Any, Literal
 
 from firstgate.common.dsl import DslModel, dsl_error, note_warning, shown
 from firstgate.common.files import File, from_bytes, from_remote_url
+from firstgate.common.sections import Sections, context_sections
 from firstgate.connectors import builtin_tools
 from firstgate.connectors.api_tools import parse_openapi
+from firstgate.connectors.settings import ToolsSettings
 from firstgate.connectors.tool_messages import MessageType, ToolMessage
 from firstgate.nodes.base import (
     ANY_OUTPUT,
@@ -64,8 +66,6 @@ _INPUT_TYPES = ("mixed", "variable", "constant")
 # Tools whose definitions live in a Dify database, not in the export.
 _DATABASE_PROVIDERS = ("app", "dataset-retrieval")
 FIXED_OUTPUTS = frozenset({"text", "files", "json"})
-DEFAULT_TIMEOUT_S = 60.0
-DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 
 
 def _is_selector(value: Any) -> bool:
@@ -117,18 +117,19 @@ def check_provider(
     provider_name: str,
     tool_name: str,
     *,
-    settings: Any = None,
+    sections: Sections | None = None,
 ) -> None:
     """Refuse, by name, a tool this runtime cannot run (a Dify database tool the
     runtime settings do not define, a built-in provider that is not built in
     here, a built-in tool it lacks)."""
     provider = provider_name or provider_id
-    tools = getattr(settings, "tools", None)
+    sections = sections or Sections()
+    tools = sections.get(ToolsSettings)
     if provider_type == "api":
         _check_api_tool(provider, provider_id, tool_name, tools)
         return
     if provider_type == "workflow":
-        if provider_id not in (getattr(tools, "workflow_providers", None) or {}):
+        if provider_id not in tools.workflow_providers:
             raise dsl_error(
                 "dsl.tool.workflowNeedsDefinition",
                 "the tool provider {provider} is a Dify workflow tool, defined in a Dify "
@@ -163,7 +164,7 @@ def check_provider(
             # Dify 1.x runs an older export's built-in as a plugin: so do we, through
             # the plugin daemon.
             # Loaded without settings, the run names the missing daemon instead.
-            if settings is None or getattr(tools, "plugin_daemon", None) is not None:
+            if not sections.loaded or tools.plugin_daemon is not None:
                 return
             raise dsl_error(
                 "dsl.tool.builtinNeedsDaemon",
@@ -182,9 +183,9 @@ def check_provider(
         )
 
 
-def _check_api_tool(provider: str, provider_id: str, tool_name: str, tools: Any) -> None:
+def _check_api_tool(provider: str, provider_id: str, tool_name: str, tools: ToolsSettings) -> None:
     """An `api` tool runs when the settings name its OpenAPI document."""
-    spec = (getattr(tools, "api_providers", None) or {}).get(provider_id)
+    spec = tools.api_providers.get(provider_id)
     if spec is None:
         raise dsl_error(
             "dsl.tool.apiNeedsDefinition",
@@ -252,7 +253,7 @@ class Data(BaseNodeData):
             self.provider_id,
             self.provider_name,
             self.tool_name,
-            settings=(info.context or {}).get("settings"),
+            sections=context_sections(info),
         )
         return self
 
@@ -399,9 +400,8 @@ def collect(messages: Iterable[ToolMessage], ctx: NodeContext) -> dict[str, Any]
 def run(data: Data, ctx: NodeContext) -> NodeResult:
     if ctx.connectors is None:
         raise NodeRunError("errors.connector.missing")
-    tools = ctx.connectors.section("tools")
-    timeout_s = float(getattr(tools, "timeout_s", DEFAULT_TIMEOUT_S))
-    max_file_bytes = int(getattr(tools, "max_file_bytes", DEFAULT_MAX_FILE_BYTES))
+    tools = ctx.connectors.tools
+    timeout_s, max_file_bytes = tools.timeout_s, tools.max_file_bytes
     values = arguments(data, ctx.variables)
     provider = provider_for(data.provider_type, data.provider_id, ctx.connectors)
     messages = provider.invoke(ToolCall(data.tool_name, values, timeout_s, ctx.cancel))

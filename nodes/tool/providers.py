@@ -36,12 +36,14 @@ from firstgate.connectors.tool_messages import (
 )
 from firstgate.connectors.tool_parameters import prepare
 from firstgate.nodes.values import jsonable
+from firstgate.plugin_daemon_client.client import DEFAULT_MAX_REPLY_BYTES
 from firstgate.plugin_daemon_client.errors import (
     ConnectError,
     FirstGateError,
     StreamCancelledError,
     StreamTotalTimeoutError,
 )
+from firstgate.plugin_daemon_client.protocols.base import DEFAULT_USER_ID
 from firstgate.plugin_daemon_client.tool_dispatch import PluginToolClient
 
 # Dify's provider-id rule (`GenericProviderID`): a bare provider name, as
@@ -117,15 +119,15 @@ class PluginProvider:
     ) -> PluginProvider:
         """`alias`: the bare name an older export gives (its credentials may be
         under either name)."""
-        tools = connectors.section("tools")
-        daemon = getattr(tools, "plugin_daemon", None)
+        tools = connectors.tools
+        daemon = tools.plugin_daemon
         if daemon is None:
             raise ToolError("errors.tool.noDaemon", provider=provider_id)
         api_key = None
         if daemon.api_key_env:
             api_key = env_value(daemon.api_key_env, "the plugin daemon key")
         # A whole blob travels on one line, base64-encoded.
-        max_file = int(getattr(tools, "max_file_bytes", 10 * 1024 * 1024))
+        max_file = tools.max_file_bytes
         max_line = max_file * 4 // 3 + 64 * 1024
         client = connectors.cached(
             "plugin-daemon-tools",
@@ -133,12 +135,12 @@ class PluginProvider:
                 daemon.base_url,
                 daemon.tenant_id,
                 api_key,
-                user_id=daemon.user_id,
+                user_id=daemon.user_id or DEFAULT_USER_ID,
                 max_line_bytes=max_line,
-                max_reply_bytes=max(64 * 1024 * 1024, 4 * max_line),
+                max_reply_bytes=max(DEFAULT_MAX_REPLY_BYTES, 4 * max_line),
             ),
         )
-        providers = getattr(tools, "providers", None) or {}
+        providers = tools.providers
         spec = providers.get(provider_id) or (providers.get(alias) if alias else None)
         credentials = {
             name: env_value(env, f"a credential of {provider_id}")

@@ -28,6 +28,10 @@ TokenRun = tuple[int, str]
 Item = Frame | str | TokenRun
 
 
+# Who the plugin daemon is told makes a request, unless the settings say.
+DEFAULT_USER_ID = "firstgate"
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     """Where a route's requests go and who makes them (protocol-neutral)."""
@@ -36,7 +40,7 @@ class Endpoint:
     api_key: str | None = None
     tenant_id: str | None = None
     plugin_id: str | None = None
-    user_id: str = "firstgate"
+    user_id: str = DEFAULT_USER_ID
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 from firstgate.common.dsl import shown
 from firstgate.common.files import FileError
+from firstgate.common.problems import DslError
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.human_input import form as forms
 from firstgate.nodes.start import InputError
@@ -31,7 +32,6 @@ from firstgate.runtime import human_input
 from firstgate.runtime.cli import human_input as hi_cli
 from firstgate.runtime.cli.messages import render_error
 from firstgate.runtime.cli.terminal import HumanView, json_line
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.execution.checkpoint import CheckpointError
 from firstgate.runtime.execution.engine import WorkflowRun

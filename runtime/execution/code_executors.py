@@ -7,10 +7,10 @@ import os
 
 from firstgate.nodes.templates.jinja import OPTIONS as JINJA_OPTIONS
 from firstgate.runtime.models.routes import RouteError
-from firstgate.runtime.settings.code_executor import CodeExecutorSettings
 from firstgate.sandbox.dify_sandbox import DEFAULT_API_KEY, DifySandboxConfig, DifySandboxExecutor
 from firstgate.sandbox.executor import CodeExecutor
 from firstgate.sandbox.process_pool import ProcessSandbox, ProcessSandboxConfig
+from firstgate.sandbox.settings import CodeExecutorSettings
 
 
 def build_code_executor(settings: CodeExecutorSettings | None = None) -> CodeExecutor:
@@ -31,7 +31,7 @@ def build_code_executor(settings: CodeExecutorSettings | None = None) -> CodeExe
             DifySandboxConfig(
                 base_url=settings.base_url,
                 api_key=api_key,
-                timeout_s=float(settings.timeout_s or 10.0),
+                timeout_s=settings.wall_s,
                 network=settings.network,
                 output_limits=output_limits,
             )

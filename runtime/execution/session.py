@@ -106,6 +106,8 @@ class RunOptions:
     turn_wait_s: float = DEFAULT_TURN_WAIT_S  # for an earlier turn of the conversation
     run_id: str | None = None
     task_id: str | None = None  # given when the run was queued before it started (serve's workers)
+    # The root it starts at (a trigger's node id); None: the workflow's first root.
+    root: str | None = None
     # Whether the run is recorded in the store (a workflow tool's inner run is
     # part of its outer run's record).
     recorded: bool = True

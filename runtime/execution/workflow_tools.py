@@ -77,8 +77,7 @@ class WorkflowTools:
         self._lock = threading.Lock()
 
     def _workflow(self, provider_id: str) -> ToolWorkflow:
-        tools = getattr(self.settings, "tools", None)
-        spec = (getattr(tools, "workflow_providers", None) or {}).get(provider_id)
+        spec = self.settings.tools.workflow_providers.get(provider_id) if self.settings else None
         if spec is None:
             raise ToolError("errors.tool.unknownWorkflowProvider", provider=provider_id)
         with self._lock:

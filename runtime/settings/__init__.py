@@ -5,30 +5,34 @@ The file is one YAML mapping. Its model-routing keys (`providers`, `default`,
 `breaker`) sit at the top level, as in the original models file; every other
 concern owns one top-level key, its *section*.
 
-Adding a section is one new module here with one pydantic model (a
-`common.dsl.DslModel`, so every mistake becomes a located, translated
-problem) and one line in `RuntimeSettings` below:
+This package only assembles the file. A section's model (a
+`common.dsl.SettingsModel`: every mistake, an unknown key included, becomes a
+located, translated problem at load time) lives beside the code that reads
+it, at or below that code's layer, and is one line in `RuntimeSettings`:
 
     code_executor: CodeExecutorSettings = Field(default_factory=CodeExecutorSettings)
 
-The runtime hands `settings.<section>` to whatever needs it (through the node
-context); nothing else reads the file.
+Readers get their section typed: the runtime as `settings.<section>`, the
+layers below through `common.sections.Sections` (`sections.get(ToolsSettings)`),
+which the runtime builds from the loaded file.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from firstgate.runtime.dsl.problems import DslError, problems_from_validation
-from firstgate.runtime.dsl.yaml_reader import read_yaml_mapping
-from firstgate.runtime.settings.code_executor import CodeExecutorSettings
-from firstgate.runtime.settings.document_extractor import DocumentExtractorSettings
-from firstgate.runtime.settings.email import EmailSettings
-from firstgate.runtime.settings.files import FilesSettings
-from firstgate.runtime.settings.http_request import HttpRequestSettings
-from firstgate.runtime.settings.knowledge import KnowledgeSettings
+from firstgate.common.problems import DslError, problems_from_validation
+from firstgate.common.yaml_reader import read_yaml_mapping
+from firstgate.connectors.settings import (
+    FilesSettings,
+    HttpRequestSettings,
+    KnowledgeSettings,
+    ToolsSettings,
+)
+from firstgate.connectors.smtp_mail import EmailSettings
+from firstgate.nodes.document_extractor.settings import DocumentExtractorSettings
 from firstgate.runtime.settings.providers import ProvidersSection
-from firstgate.runtime.settings.tools import ToolsSettings
+from firstgate.sandbox.settings import CodeExecutorSettings
 from pydantic import Field, ValidationError
 
 

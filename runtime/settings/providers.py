@@ -45,7 +45,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from firstgate.common.dsl import DslModel, between, dsl_error, shown
+from firstgate.common.dsl import PositiveSeconds, SettingsModel, between, dsl_error, shown
 from firstgate.common.durations import DurationError, parse_duration
 from firstgate.common.redaction import redact_url
 from firstgate.plugin_daemon_client.fallback import (
@@ -83,17 +83,6 @@ def _budget_seconds(value: Any) -> float | str | None:
     return value if number is None else number
 
 
-def _positive_seconds(value: Any) -> float | None:
-    try:
-        return parse_duration(value, strings=False, zero=False)
-    except DurationError:
-        raise dsl_error(
-            "dsl.models.positiveSeconds",
-            "must be a positive number of seconds, got {got}",
-            got=shown(value),
-        ) from None
-
-
 def _milliseconds(value: Any) -> float | None:
     """A fallback setting in ms. Only that it is a number is checked here: values
     that are 0, negative or not finite follow the fallback policy's rules (warned,
@@ -116,11 +105,10 @@ def _off_if_false(value: Any) -> Any:
 
 
 BudgetSeconds = Annotated[float | str | None, BeforeValidator(_budget_seconds)]
-PositiveSeconds = Annotated[float | None, BeforeValidator(_positive_seconds)]
 MillisecondsSetting = Annotated[float | None, BeforeValidator(_milliseconds)]
 
 
-class ProviderRoute(DslModel):
+class ProviderRoute(SettingsModel):
     kind: Kind
     base_url: str | None = None
     # The reply's size on the wire; None: the client's default (64 MiB).
@@ -226,12 +214,12 @@ def _fallback_error(
     return PydanticCustomError(message_key, english, {"key": key, "route": route, "target": target})
 
 
-class BreakerSettings(DslModel):
+class BreakerSettings(SettingsModel):
     threshold: Annotated[int, between(1, 1000)] = DEFAULT_BREAKER_THRESHOLD
     cooldown_s: PositiveSeconds = DEFAULT_BREAKER_COOLDOWN_S
 
 
-class ProvidersSection(DslModel):
+class ProvidersSection(SettingsModel):
     """The model-routing keys; `RuntimeSettings` extends it with the other sections."""
 
     providers: dict[str, ProviderRoute] = Field(default_factory=dict)

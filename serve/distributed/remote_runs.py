@@ -12,6 +12,8 @@ not through the process that queued it.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 
 from celery import Celery
@@ -26,6 +28,8 @@ from firstgate.store.base import FormRecord
 
 # How long `start` waits for a worker to take the run before answering anyway.
 START_WAIT_S = 2.0
+# A schedule tick's claim outlives any clock skew between API processes.
+TICK_KEEP_S = 24 * 3600
 
 
 class RemoteRuns(Runs):
@@ -89,6 +93,12 @@ class RemoteRuns(Runs):
 
     def resume_form(self, app: App, form: FormRecord) -> None:
         raise ApiError(501, "not_implemented", "serve.error.resumeOnWorkers")
+
+    def claim_tick(self, key: str) -> bool:
+        """The first API process to set the tick's key fires it; every other one
+        finds it set (one Redis `SET NX`, atomic however many processes ask)."""
+        owner = f"{socket.gethostname()}:{os.getpid()}"
+        return bool(self.runs.redis.set(f"firstgate:tick:{key}", owner, nx=True, ex=TICK_KEEP_S))
 
     def get(self, task_id: str) -> RunHandle | None:
         meta = self.runs.meta(task_id)

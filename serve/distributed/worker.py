@@ -67,6 +67,7 @@ class QueuedRun(BaseModel):
     query: str | None = None
     conversation_id: str | None = Field(default=None, max_length=100)
     base_url: str = Field(default="", max_length=2000)
+    root: str | None = Field(default=None, max_length=200)
     task_id: str = Field(min_length=1, max_length=100)
     workflow_run_id: str = Field(min_length=1, max_length=100)
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.common.problems import DslError
 from firstgate.runtime import load_workflow
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.models.routes import RouteError
 from firstgate.runtime.settings import load_settings

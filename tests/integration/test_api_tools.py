@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.common.problems import DslError
 from firstgate.runtime import load_settings, load_workflow
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.execution import events as ev
 
 from tests.connect_support import node_end, one_node_flow, settings

@@ -20,7 +20,7 @@ from firstgate.runtime.settings import RuntimeSettings
 from firstgate.store import open_store
 
 from tests.fakes import llm_server as fake
-from tests.fakes.model_answers import Call, answer, has_tool_results, script
+from tests.fakes.model_answers import Call, answer, has_tool_results, mentions, script
 from tests.integration.test_cli import firstgate, lines
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
@@ -371,3 +371,47 @@ def test_validate_names_the_problem_in_another_language(tmp_path: Path) -> None:
     done = firstgate("validate", str(path), "--locale", "de-DE")
     assert done.returncode == 2
     assert "external_data_tools kann hier nicht ausgeführt werden" in done.stderr
+
+
+def test_only_features_served_elsewhere_are_ignored() -> None:
+    # Suggested questions are served (`GET /v1/messages/{id}/suggested`): no warning;
+    # speech is not: the loader says it is ignored.
+    raw = _broken(
+        suggested_questions_after_answer={"enabled": True},
+        text_to_speech={"enabled": True},
+    )
+    easy = load_workflow(raw).easy
+    assert easy is not None and easy.ignored == ("text_to_speech",)
+    assert easy.features["suggested_questions_after_answer"] == {"enabled": True}
+
+
+def test_a_react_agent_apps_images_go_with_the_query_every_round(tmp_path: Path) -> None:
+    raw = _broken(agent_mode__strategy="react", file_upload__image__enabled=True)
+    app = tmp_path / "react_agent.yml"
+    app.write_text(yaml.safe_dump(raw))
+    picture = tmp_path / "clock.png"
+    picture.write_bytes(b"\x89PNG\r\n\x1a\n" + b"a station clock")
+    action = '{"action": "current_time", "action_input": {}}'
+    final = '{"action": "Final Answer", "action_input": "A station clock."}'
+    scenario = script(
+        [
+            (mentions("Observation:"), answer(f"Thought: I know\nAction: {final}")),
+            (mentions("clock"), answer(f"Thought: look at the time\nAction: {action}")),
+        ]
+    )
+    server = fake.FakeLLMServer([scenario])
+    with server:
+        done = firstgate(
+            "run", str(app), "--models", str(settings_file(tmp_path, server)), "--json",
+            "--query", "Which clock is this?", "--file", str(picture),
+            "--state", str(tmp_path / "state.db"),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert answer_of(lines(done.stdout)) == "A station clock."
+    asked = [r.json() for r in server.requests if r.method == "POST"]
+    assert len(asked) == 2
+    for body in asked:
+        text, image = body["messages"][-1]["content"]
+        assert text["text"].startswith("Which clock is this?")
+        assert image["image_url"]["url"].startswith("data:image/png;base64,")
+        assert image["image_url"]["detail"] == "high"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from firstgate.common.yaml_reader import MAX_BYTES, MAX_DEPTH
 from firstgate.runtime.cli.terminal import json_line
-from firstgate.runtime.dsl.yaml_reader import MAX_BYTES, MAX_DEPTH
 from firstgate.runtime.execution import events as ev
 
 from tests.fakes import llm_server as fake

@@ -18,8 +18,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
+from firstgate.common.problems import DslError
 from firstgate.runtime import load_workflow
-from firstgate.runtime.dsl.problems import DslError
 
 from tests import documents
 from tests.connect_support import chain_flow

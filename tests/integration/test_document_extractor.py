@@ -43,7 +43,7 @@ def extract(value: Any, **sections: Any) -> dict[str, Any]:
         attempt=1,
         variables=Pool({("start", "doc"): value}),
         cancel=CancelToken(),
-        connectors=Connectors(settings(**sections)),
+        connectors=Connectors.from_settings(settings(**sections)),
     )
     result = document_extractor.run(data, ctx)
     assert result.process_data is not None

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from firstgate.common.problems import DslError
 from firstgate.runtime import RunOptions, RunResources, load_workflow
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
 from firstgate.store import open_store
@@ -62,9 +62,11 @@ def test_corpus_counts(capsys: pytest.CaptureFixture[str]) -> None:
             f"\nexport corpus: {len(results)} files, {len(valid)} load, {len(refused)} refused "
             f"by node type ({', '.join(f'{k} x{v}' for k, v in sorted(types.items()))})"
         )
-    # Every corpus file loads now (the human-input export was the last refused
-    # one); a node type still refused by name is checked on the command line below.
-    assert len(valid) + len(refused) == len(FILES) and valid
+    assert len(valid) + len(refused) == len(FILES) and valid and refused
+    # Webhook and schedule triggers load; a plugin's trigger is refused by name.
+    assert {"trigger_webhook_workflow.yml", "trigger_schedule_workflow.yml"} <= set(valid)
+    assert types["trigger-plugin"] == 1
+    # The human-input export loads (it was refused by name before the node ran).
     assert "human_input_workflow.yml" in valid
 
 

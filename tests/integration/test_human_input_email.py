@@ -16,12 +16,11 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from firstgate.common.cancel import CancelToken
 from firstgate.connectors.hub import Connectors
-from firstgate.connectors.smtp_mail import Mail, MailError, MailServer, send_mail
+from firstgate.connectors.smtp_mail import EmailSettings, Mail, MailError, MailServer, send_mail
 from firstgate.nodes.base import NodeContext
 from firstgate.nodes.human_input import Data, delivery
 from firstgate.nodes.human_input import form as forms
 from firstgate.runtime.settings import RuntimeSettings
-from firstgate.runtime.settings.email import EmailSettings
 
 
 class Inbox:

@@ -286,8 +286,8 @@ def test_unknown_dataset_and_non_text_query_are_errors(
 
 
 def test_automatic_metadata_filtering_is_refused_by_name() -> None:
+    from firstgate.common.problems import DslError
     from firstgate.runtime import load_workflow
-    from firstgate.runtime.dsl.problems import DslError
 
     with pytest.raises(DslError, match="automatic metadata filtering"):
         load_workflow(kr_flow(["x"], metadata_filtering_mode="automatic"))

@@ -74,7 +74,7 @@ def test_a_prompt_past_the_route_bound_fails_naming_it_and_sends_nothing(tmp_pat
 
 
 def test_a_bad_bound_is_a_located_settings_problem(tmp_path: Path) -> None:
-    from firstgate.runtime.dsl.problems import DslError
+    from firstgate.common.problems import DslError
 
     with fake.FakeLLMServer(fake.tokens(["x"])) as srv, pytest.raises(DslError) as info:
         run_yaml(tmp_path, flow_doc(), models(srv, max_prompt_bytes=10), query="hi")

@@ -151,8 +151,8 @@ def test_the_instruction_is_a_template_in_the_system_prompt(tmp_path: Path) -> N
 def test_bad_parameters_are_refused_at_load(
     tmp_path: Path, patch: dict[str, Any], needle: str
 ) -> None:
+    from firstgate.common.problems import DslError
     from firstgate.runtime import load_workflow
-    from firstgate.runtime.dsl.problems import DslError
 
     path = tmp_path / "flow.yml"
     import yaml

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from firstgate.common.problems import DslError
 from firstgate.plugin_daemon_client import LLMClient
 from firstgate.plugin_daemon_client import errors as E
 from firstgate.plugin_daemon_client.protocols import ToolSpec
 from firstgate.plugin_daemon_client.protocols.gemini import Gemini, gemini_schema
 from firstgate.runtime import load_workflow
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.runtime.settings.providers import ProviderRoute
 

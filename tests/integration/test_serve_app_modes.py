@@ -17,7 +17,7 @@ import pytest
 import yaml
 from firstgate.connectors.local_index import LocalIndex
 
-from tests.serve_support import Server, echo_model, serve
+from tests.serve_support import Server, echo_model, run_sdk, serve
 
 pytestmark = pytest.mark.slow
 
@@ -126,9 +126,12 @@ def test_an_agent_chat_app_answers_on_chat_messages(server: Server) -> None:
         reply = agent.post("/v1/chat-messages", json=body)
         assert reply.status_code == 200, reply.text
         events = frames(reply)
-    answer = "".join(e["answer"] for e in events if e["event"] == "message")
+    # Dify's agent apps stream `agent_message`, never `message` (the full stream:
+    # test_serve_agent_chat.py).
+    answer = "".join(e["answer"] for e in events if e["event"] == "agent_message")
     assert answer == "echo: What time is it?"
-    assert events[-1]["event"] == "message_end"
+    assert "message" not in {e["event"] for e in events}
+    assert [e["event"] for e in events][-2:] == ["agent_thought", "message_end"]
 
 
 def test_a_completion_app_blocking_and_streaming(server: Server) -> None:
@@ -193,3 +196,16 @@ def test_a_completion_can_be_stopped(server: Server) -> None:
                 f"/v1/completion-messages/{first['task_id']}/stop", json={"user": "a"}
             )
             assert wrong.status_code == 400 and wrong.json()["code"] == "app_unavailable"
+
+
+def test_both_sdks_create_and_stop_completions(server: Server) -> None:
+    key = KEYS["easy_completion"]
+    typed = run_sdk("dify-client-python", "typed_client.py", "completion", server.url, key)
+    assert typed["answer"].startswith("echo: ") and "blue mug in 20 words" in typed["answer"]
+    assert typed["tokens"] > 0
+    # Stopped after its first chunk: the stream still ends with `message_end`.
+    assert typed["streamed"] == "message_end" and typed["chunks"] < 50
+    official = run_sdk("dify-client", "official_client.py", "completion", server.url, key)
+    assert official["answer"] == typed["answer"]
+    assert official["events"][0] == "message" and official["events"][-1] == "message_end"
+    assert len(official["events"]) < 50  # 200 words unstopped

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from firstgate.common.problems import DslError
 from firstgate.connectors.mcp_client import McpServer
 from firstgate.connectors.tool_messages import (
     BlobChunk,
@@ -31,7 +32,6 @@ from firstgate.connectors.tool_parameters import (
 )
 from firstgate.plugin_daemon_client.tool_dispatch import PluginToolClient, ToolReplyTooLargeError
 from firstgate.runtime import load_workflow
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.execution import events as ev
 
 from tests.connect_support import (

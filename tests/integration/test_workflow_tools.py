@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.common.problems import DslError
 from firstgate.runtime import RunOptions, RunResources, load_workflow
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.execution import events as ev
 from firstgate.store import open_store
 from pydantic import ValidationError

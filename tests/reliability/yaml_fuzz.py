@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from firstgate.common.yaml_reader import LOADERS, parse_yaml
 from firstgate.runtime import DslError, load_workflow
-from firstgate.runtime.dsl.yaml_reader import LOADERS, parse_yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

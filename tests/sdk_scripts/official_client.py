@@ -10,7 +10,7 @@ import json
 import sys
 import time
 
-from dify_client import ChatClient, DifyClient
+from dify_client import ChatClient, CompletionClient, DifyClient
 
 scenario, base, key = sys.argv[1:4]
 USER = "official-user"
@@ -152,6 +152,44 @@ def feedback_and_rename():
         "renamed": renamed.json(),
         "other_user_feedback": other.status_code,
     }
+
+
+def agent_chat():
+    client = _client(ChatClient)
+    response = client.create_chat_message({}, "What time is it, and the files?", USER, "streaming")
+    events = list(_events(response))
+    refused = client.create_chat_message({}, "again", USER, "blocking")
+    return {
+        "events": events,
+        "blocking": {"status": refused.status_code, "code": refused.json()["code"]},
+    }
+
+
+def agent_messages():
+    client = _client(ChatClient)
+    events = list(_events(client.create_chat_message({}, "What time is it?", USER, "streaming")))
+    conversation = events[-1]["conversation_id"]
+    listed = client.get_conversation_messages(USER, conversation)
+    listed.raise_for_status()
+    (found,) = listed.json()["data"]
+    thoughts = found["agent_thoughts"]
+    return {"positions": [t["position"] for t in thoughts], "tools": [t["tool"] for t in thoughts]}
+
+
+def completion():
+    client = _client(CompletionClient)
+    reply = client.create_completion_message({"product": "blue mug", "words": 20}, "blocking", USER)
+    reply.raise_for_status()
+    events = []
+    stream = client.create_completion_message({"product": "[slow] mug"}, "streaming", USER)
+    for event in _events(stream):
+        events.append(event)
+        if len(events) == 1:
+            stop = client._send_request(
+                "POST", f"/completion-messages/{event['task_id']}/stop", {"user": USER}
+            )
+            assert stop.json() == {"result": "success"}
+    return {"answer": reply.json()["answer"], "events": [e["event"] for e in events]}
 
 
 print(json.dumps(globals()[scenario](), default=str))

@@ -224,4 +224,62 @@ def audio_to_text():
     )
 
 
+def agent_chat():
+    request = models.ChatRequest(
+        query="What time is it, and the files?",
+        inputs={},
+        response_mode=models.ResponseMode.STREAMING,
+        user=USER,
+    )
+    events = list(client.chat_messages(request))
+    thoughts = [e for e in events if isinstance(e, models.AgentThoughtStreamResponse)]
+    files = [e for e in events if isinstance(e, models.MessageFileStreamResponse)]
+    answer = "".join(e.answer for e in events if isinstance(e, models.AgentMessageStreamResponse))
+    blocking = models.ChatRequest(
+        query="again", inputs={}, response_mode=models.ResponseMode.BLOCKING, user=USER
+    )
+    return {
+        "kinds": [str(e.event) for e in events],
+        "answer": answer,
+        "thoughts": [(t.position, t.tool, bool(t.observation), t.message_files) for t in thoughts],
+        "files": [(f.type, f.belongs_to) for f in files],
+        "blocking": _refused(lambda: client.chat_messages(blocking)),
+    }
+
+
+def agent_suggested():
+    request = models.ChatRequest(
+        query="What time is it?", inputs={}, response_mode=models.ResponseMode.STREAMING, user=USER
+    )
+    end = [e for e in client.chat_messages(request) if e.event == models.StreamEvent.MESSAGE_END]
+    reply = client.suggest_messages(end[-1].message_id, models.ChatSuggestRequest(user=USER))
+    assert isinstance(reply, models.ChatSuggestResponse) and reply.result == "success"
+    return reply.data
+
+
+def completion():
+    request = models.CompletionRequest(
+        inputs={"product": "blue mug", "words": 20},
+        response_mode=models.ResponseMode.BLOCKING,
+        user=USER,
+    )
+    reply = client.completion_messages(request)
+    assert isinstance(reply, models.CompletionResponse)
+    streaming = models.CompletionRequest(
+        inputs={"product": "[slow] mug"}, response_mode=models.ResponseMode.STREAMING, user=USER
+    )
+    events = []
+    for event in client.completion_messages(streaming):
+        events.append(event)
+        if len(events) == 1:
+            stop = client.stop_completion_messages(event.task_id, models.StopRequest(user=USER))
+            assert stop.result == "success"
+    return {
+        "answer": reply.answer,
+        "tokens": reply.metadata.usage.total_tokens,
+        "streamed": [str(e.event) for e in events][-1],
+        "chunks": len(events),
+    }
+
+
 print(json.dumps(globals()[scenario](), default=str))

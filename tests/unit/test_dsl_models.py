@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from firstgate.common.problems import NodeRef, problems_from_validation
 from firstgate.nodes import llm
 from firstgate.nodes.config import DefaultValue, RetryConfig, coerce_default
-from firstgate.runtime.dsl.problems import NodeRef, problems_from_validation
 from pydantic import ValidationError
 
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.connectors.smtp_mail import EmailSettings
 from firstgate.nodes.human_input import Data, handles, output_names, selectors
 from firstgate.nodes.human_input import form as forms
 from firstgate.runtime import load_workflow
 from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.settings import RuntimeSettings
-from firstgate.runtime.settings.email import EmailSettings
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "human_input_workflow.yml"
 REVIEW = "1748000000003"

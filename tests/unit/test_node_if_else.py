@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 from firstgate.common.cancel import CancelToken
+from firstgate.common.problems import problems_from_validation
 from firstgate.nodes import if_else
 from firstgate.nodes.base import NodeContext
 from firstgate.nodes.comparison import compare
-from firstgate.runtime.dsl.problems import problems_from_validation
 from pydantic import ValidationError
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from firstgate.common.problems import DslError
 from firstgate.plugin_daemon_client.protocols import PROTOCOLS
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.models.routes import ModelRoutes
 from firstgate.runtime.settings import load_settings
 from firstgate.runtime.settings.provider_defaults import PROVIDER_DEFAULTS, defaults_for

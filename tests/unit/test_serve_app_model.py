@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from firstgate.runtime import load_workflow
@@ -16,9 +17,16 @@ def chat_app() -> SimpleNamespace:
     return SimpleNamespace(workflow=load_workflow(APPS / "chat.yml"))
 
 
-def _replying(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+def _replying(monkeypatch: pytest.MonkeyPatch, text: str) -> list[Any]:
+    asked: list[Any] = []
+
+    def invoke(plan: str, request: Any, sinks: Any) -> SimpleNamespace:
+        asked.append(request)
+        return SimpleNamespace(text=text)
+
     monkeypatch.setattr(naming, "plan_for", lambda clients, provider: "plan")
-    monkeypatch.setattr(naming, "invoke", lambda plan, request, sinks: SimpleNamespace(text=text))
+    monkeypatch.setattr(naming, "invoke", invoke)
+    return asked
 
 
 def test_the_models_title_shortened_to_the_name_size(
@@ -62,10 +70,41 @@ def test_suggested_questions_from_the_models_json_array(
     chat_app: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     turns = [("hi", "hello")]
-    _replying(monkeypatch, 'Sure: ["Where?", "When?", " ", 3, "Why?", "How?"] done')
-    assert naming.suggest_questions(chat_app, object(), turns) == ["Where?", "When?", "Why?"]
+    asked = _replying(monkeypatch, 'Sure: ["Where?", "When?", " ", 3, "Why?", "How?"] done')
+    # Dify keeps the model's strings as it gave them, however many (it asks for three).
+    assert naming.suggest_questions(chat_app, object(), turns) == [
+        "Where?",
+        "When?",
+        "Why?",
+        "How?",
+    ]
+    (request,) = asked
+    (message,) = request.messages
+    assert message["role"] == "user"
+    assert message["content"].startswith("Human: hi\nAssistant: hello\n")
+    assert message["content"].endswith("\nquestions:\n")
+    assert dict(request.parameters) == {"temperature": 0, "max_tokens": 256}
     _replying(monkeypatch, "no array here")
     assert naming.suggest_questions(chat_app, object(), turns) == []
     _replying(monkeypatch, "[not json]")
     assert naming.suggest_questions(chat_app, object(), turns) == []
     assert naming.suggest_questions(chat_app, None, turns) == []
+
+
+def test_suggestions_read_the_last_answered_turns_within_a_bound(
+    chat_app: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _replying(monkeypatch, "[]")
+    turns = [("one", "a1"), ("two", "a2"), ("three", ""), ("four", "a4"), ("five", "a5")]
+    assert naming.suggest_questions(chat_app, object(), turns) == []
+    prompt = asked[-1].messages[0]["content"]
+    # The last three answered turns (Dify's memory reads answered messages only).
+    assert "Human: two" in prompt and "Human: four" in prompt and "Human: five" in prompt
+    assert "Human: three" not in prompt and "Human: one" not in prompt
+    long = "x" * naming.SUGGEST_HISTORY_CHARS
+    naming.suggest_questions(chat_app, object(), [("old", long), ("new", "short")])
+    prompt = asked[-1].messages[0]["content"]
+    # A turn too long for the bound goes whole, not cut in the middle.
+    assert "xxx" not in prompt and "Human: new\nAssistant: short" in prompt
+    naming.suggest_questions(chat_app, object(), [("only", long * 3)])
+    assert len(asked[-1].messages[0]["content"]) < naming.SUGGEST_HISTORY_CHARS + 400

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from firstgate.common.dsl import DslModel
+from firstgate.common.problems import DslError
 from firstgate.plugin_daemon_client.protocols import PROTOCOLS
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.models.routes import ModelRoutes, RouteError
 from firstgate.runtime.settings import RuntimeSettings, load_settings
 from firstgate.runtime.settings.providers import ProviderRoute

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from firstgate.common.dsl import QUOTE_LIMIT, shown
-from firstgate.runtime import DslError, load_workflow
-from firstgate.runtime.dsl.yaml_reader import (
+from firstgate.common.yaml_reader import (
     LOADERS,
     MAX_ALIAS_GROWTH,
     MAX_BYTES,
@@ -23,6 +22,7 @@ from firstgate.runtime.dsl.yaml_reader import (
     read_yaml,
     read_yaml_mapping,
 )
+from firstgate.runtime import DslError, load_workflow
 
 from bench.chain_dsl import chain_yaml
 

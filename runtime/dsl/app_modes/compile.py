@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from firstgate.common.dsl import DslModel
+from firstgate.common.problems import DslError, Problem, problems_from_validation
+from firstgate.common.sections import Sections, validation_context
 from firstgate.locales import t
 from firstgate.runtime.dsl.app_modes.model_config import (
     EASY_MODES,
@@ -27,7 +29,6 @@ from firstgate.runtime.dsl.app_modes.model_config import (
     ignored,
 )
 from firstgate.runtime.dsl.app_modes.prompts import START, app_text, build_prompt, variables_of
-from firstgate.runtime.dsl.problems import DslError, Problem, problems_from_validation
 from pydantic import Field, ValidationError
 
 log = logging.getLogger("firstgate.app_modes")
@@ -82,14 +83,16 @@ def is_easy(raw: Mapping[str, Any]) -> bool:
 
 
 def compile_document(
-    raw: Mapping[str, Any], settings: Any = None
+    raw: Mapping[str, Any], sections: Sections | None = None
 ) -> tuple[dict[str, Any], EasyApp | None]:
     """The graph document for an easy-mode export (raises DslError with every
     problem of its `model_config`); any other document as it is, and None."""
     if not is_easy(raw):
         return dict(raw), None
     try:
-        document = EasyDocument.model_validate(raw, context={"settings": settings})
+        document = EasyDocument.model_validate(
+            raw, context=validation_context(sections or Sections())
+        )
     except ValidationError as exc:
         raise DslError(problems_from_validation(exc)) from None
     config = document.config
@@ -311,6 +314,7 @@ class _Builder:
         agent = self.config.agent_mode
         model = self._model([])
         strategy = "ReAct" if agent.strategy == "react" else "function_calling"
+        upload = self.config.file_upload
         instruction = app_text(self.config.pre_prompt, variables_of(self.config), chat=True)
         parameters: dict[str, Any] = {
             "model": {
@@ -332,6 +336,7 @@ class _Builder:
             agent_strategy_name=strategy,
             agent_parameters=parameters,
             memory={"window": {"enabled": False}},
+            vision={"enabled": upload.images, "configs": {"detail": upload.image.detail}},
         )
 
     def _respond(self, node_id: str, selector: tuple[str, str]) -> None:

@@ -304,6 +304,4 @@ def ignored(config: ModelConfigSection) -> list[str]:
     for name in ("speech_to_text", "text_to_speech", "annotation_reply"):
         if getattr(config, name).enabled:
             found.append(name)
-    if config.suggested_questions_after_answer.enabled:
-        found.append("suggested_questions_after_answer")
     return found

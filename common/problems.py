@@ -28,6 +28,7 @@ _BUILTIN_KEYS = {
     "model_type": "dsl.field.object",
     "model_attributes_type": "dsl.field.object",
     "literal_error": "dsl.choice",
+    "extra_forbidden": "dsl.settings.unknownKey",
 }
 
 # The values in pydantic's `literal_error` context, each repr()-quoted.

@@ -12,16 +12,22 @@ silently shortened text.
 
 from __future__ import annotations
 
-from firstgate.common.dsl import DslModel
-from firstgate.nodes.document_extractor import DEFAULT_MAX_FILE_BYTES
+from firstgate.common.dsl import SettingsModel
 from firstgate.nodes.document_extractor.text import Limits
 from pydantic import Field
 
 _DEFAULTS = Limits()
 
 
-class DocumentExtractorSettings(DslModel):
-    max_file_bytes: int = Field(default=DEFAULT_MAX_FILE_BYTES, ge=1)
+class DocumentExtractorSettings(SettingsModel):
+    max_file_bytes: int = Field(default=15 * 1024 * 1024, ge=1)  # Dify's document upload limit
     max_pages: int = Field(default=_DEFAULTS.max_pages, ge=1)
     max_text_chars: int = Field(default=_DEFAULTS.max_chars, ge=1)
     max_unzipped_bytes: int = Field(default=_DEFAULTS.max_unzipped_bytes, ge=1)
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_pages=self.max_pages,
+            max_chars=self.max_text_chars,
+            max_unzipped_bytes=self.max_unzipped_bytes,
+        )

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 from firstgate.common.dsl import QUOTE_LIMIT, shown
 from firstgate.common.nesting import MAX_DEPTH
-from firstgate.runtime.dsl.problems import DslError, Problem, SourcePlace
+from firstgate.common.problems import DslError, Problem, SourcePlace
 from yaml.nodes import ScalarNode
 
 # Dify refuses DSL files over 10 MB before parsing them; so do we, for every YAML file.

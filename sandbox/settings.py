@@ -1,5 +1,6 @@
 """The `code_executor` section of the settings file: where code nodes (and
-templates that need isolation) run.
+templates that need isolation) run. Read by the runtime when it builds the
+executor (`runtime/execution/code_executors.py`).
 
     code_executor:
       kind: local             # the default: a pool of sandboxed worker processes
@@ -38,17 +39,19 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from firstgate.common.dsl import DslModel, between, dsl_error
-from firstgate.runtime.settings.providers import PositiveSeconds
+from firstgate.common.dsl import PositiveSeconds, SettingsModel, between, dsl_error
 from firstgate.sandbox.executor import OutputLimits
+from firstgate.sandbox.process_pool import ProcessSandboxConfig
 from firstgate.sandbox.worker_process import SandboxLimits
 from pydantic import Field, model_validator
 
+# Every default is the executor's own; the section only lets the file change it.
 _LIMITS = SandboxLimits()
 _OUTPUT = OutputLimits()
+_POOL = ProcessSandboxConfig()
 
 
-class OutputLimitSettings(DslModel):
+class OutputLimitSettings(SettingsModel):
     max_string_length: Annotated[int, between(1, 1 << 30)] = _OUTPUT.max_string_length
     max_number: int | float = _OUTPUT.max_number
     min_number: int | float = _OUTPUT.min_number
@@ -62,13 +65,13 @@ class OutputLimitSettings(DslModel):
         return OutputLimits(**self.model_dump())
 
 
-class CodeExecutorSettings(DslModel):
+class CodeExecutorSettings(SettingsModel):
     kind: Literal["local", "dify-sandbox"] = "local"
     timeout_s: PositiveSeconds = _LIMITS.wall_s
-    network: bool = False
+    network: bool = _POOL.network
     output_limits: OutputLimitSettings = Field(default_factory=OutputLimitSettings)
     # kind: local
-    workers: Annotated[int, between(1, 64)] = 2
+    workers: Annotated[int, between(1, 64)] = _POOL.workers
     cpu_s: PositiveSeconds = _LIMITS.cpu_s
     memory_mb: Annotated[int, between(32, 1 << 20)] = _LIMITS.memory_mb
     file_size_mb: Annotated[int, between(1, 1 << 20)] = _LIMITS.file_size_mb
@@ -76,7 +79,7 @@ class CodeExecutorSettings(DslModel):
     open_files: Annotated[int, between(16, 1 << 20)] = _LIMITS.open_files
     processes: Annotated[int, between(1, 1 << 20)] = _LIMITS.processes
     output_bytes: Annotated[int, between(1024, 1 << 30)] = _LIMITS.output_bytes
-    require_landlock: bool = True
+    require_landlock: bool = _POOL.require_landlock
     python: str | None = None
     node: str | None = None
     # kind: dify-sandbox
@@ -98,9 +101,14 @@ class CodeExecutorSettings(DslModel):
                 )
         return self
 
+    @property
+    def wall_s(self) -> float:
+        """`timeout_s`, or the executor's default where the file leaves it empty."""
+        return float(self.timeout_s or _LIMITS.wall_s)
+
     def sandbox_limits(self) -> SandboxLimits:
         return SandboxLimits(
-            wall_s=float(self.timeout_s or _LIMITS.wall_s),
+            wall_s=self.wall_s,
             cpu_s=float(self.cpu_s or _LIMITS.cpu_s),
             memory_mb=self.memory_mb,
             file_size_mb=self.file_size_mb,
