@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from firstgate.locales import t
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.serve.apps import App
-from firstgate.serve.errors import dump_json
+from firstgate.serve.errors import ApiError, dump_json
 from firstgate.serve.launch import Launcher, RunRequest
 from firstgate.store.base import FormRecord
 
@@ -161,16 +161,17 @@ class Runs(ABC):
     """The runs the HTTP side starts, follows and stops, wherever they execute."""
 
     accepting: bool
-    # Whether `resume_form` can resume a paused run (checked before a form is closed).
-    resumes_forms: bool = True
+    # Whether `resume_form` can resume a paused run (checked before a form is
+    # closed, so that a submit it cannot act on leaves the form open).
+    resumes_forms: bool = False
 
     @abstractmethod
     def start(self, app: App, request: RunRequest) -> RunHandle:
         """Start (or queue) a run; ApiError when it cannot start."""
 
-    @abstractmethod
     def resume_form(self, app: App, form: FormRecord) -> None:
         """Resume the paused run of a closed human-input form (`runtime/human_input.py`)."""
+        raise ApiError(501, "not_implemented", "serve.error.resumeOnWorkers")
 
     @abstractmethod
     def get(self, task_id: str) -> RunHandle | None: ...
@@ -308,6 +309,8 @@ class RunManager(Runs):
             self._active += 1
         self.executor.execute(run, handle.stream, lambda: self._ended(handle))
         return handle
+
+    resumes_forms = True
 
     def resume_form(self, app: App, form: FormRecord) -> None:
         run = self.launcher.resume(app, form)

@@ -24,7 +24,6 @@ from firstgate.serve.distributed.settings import DistributedSettings, reachable,
 from firstgate.serve.errors import ApiError
 from firstgate.serve.launch import Launcher, RunRequest
 from firstgate.serve.runs import RunHandle, Runs
-from firstgate.store.base import FormRecord
 
 # How long `start` waits for a worker to take the run before answering anyway.
 START_WAIT_S = 2.0
@@ -87,12 +86,9 @@ class RemoteRuns(Runs):
             started_at=float(meta.get("created_at") or time.time()),
         )
 
-    # Resuming a paused run on a worker is not built yet: a submit is refused
-    # before the form is closed (the run stays paused, its form open).
-    resumes_forms = False
-
-    def resume_form(self, app: App, form: FormRecord) -> None:
-        raise ApiError(501, "not_implemented", "serve.error.resumeOnWorkers")
+    # Resuming a paused run on a worker is not built yet: `resumes_forms` stays
+    # False, so a submit is refused before the form is closed (the run stays
+    # paused, its form open).
 
     def claim_tick(self, key: str) -> bool:
         """The first API process to set the tick's key fires it; every other one

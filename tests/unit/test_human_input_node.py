@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
+from firstgate.common.problems import DslError
 from firstgate.connectors.smtp_mail import EmailSettings
 from firstgate.nodes.human_input import Data, handles, output_names, selectors
 from firstgate.nodes.human_input import form as forms
 from firstgate.runtime import load_workflow
-from firstgate.runtime.dsl.problems import DslError
 from firstgate.runtime.settings import RuntimeSettings
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "human_input_workflow.yml"
