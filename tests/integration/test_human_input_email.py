@@ -15,6 +15,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from firstgate.common.cancel import CancelToken
+from firstgate.common.sections import Sections, validation_context
 from firstgate.connectors.hub import Connectors
 from firstgate.connectors.smtp_mail import EmailSettings, Mail, MailError, MailServer, send_mail
 from firstgate.nodes.base import NodeContext
@@ -81,7 +82,9 @@ def _data(**config: Any) -> Data:
                 }
             ],
         },
-        context={"settings": RuntimeSettings(email=EmailSettings(smtp_host="127.0.0.1"))},
+        context=validation_context(
+            Sections(RuntimeSettings(email=EmailSettings(smtp_host="127.0.0.1")))
+        ),
     )
 
 
