@@ -47,6 +47,10 @@ def _no_needs(data: Any) -> Needs:
     return NO_NEEDS
 
 
+def _repeatable(data: Any) -> bool:
+    return True
+
+
 def _never_runs(data: Any, ctx: NodeContext) -> NodeResult:
     """A round start's `run`: the engine takes its edges without running it."""
     raise RuntimeError("a round start never runs")
@@ -87,6 +91,10 @@ class NodeSpec:
     # A trigger (webhook, schedule): a root that something outside starts, never
     # beside a start node, only in a workflow app.
     trigger: bool = False
+    # Whether running it twice is harmless. A run resumed after a crash runs its
+    # in-flight nodes again (at least once); one that says False (a POST request,
+    # a tool, code) fails the resumed run instead of repeating its effect.
+    repeatable: Callable[[Any], bool] = _repeatable
 
     def __post_init__(self) -> None:
         if self.role is Role.RESPONSE and self.template is None:

@@ -191,7 +191,10 @@ class ThreadExecutor(Executor):
 # The event after which a run sends nothing more (the engine may still be
 # cleaning up: worker threads, connections); its stream ends right there.
 def _last_event(run: WorkflowRun) -> tuple[str, ...]:
-    return ("message_end", "error") if run.info.chat else ("workflow_finished",)
+    # A paused run's stream ends with `workflow_paused` (chatflows too: no message_end).
+    if run.info.chat:
+        return ("message_end", "error", "workflow_paused")
+    return ("workflow_finished", "workflow_paused")
 
 
 def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -> None:

@@ -95,6 +95,31 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """An unfinished run's latest checkpoint, as the store keeps it. `snapshot` is
+    the runtime's versioned snapshot as JSON text (the store never reads it);
+    `status` is `running` (a worker holds it, `owner` until `lease_expires_at`)
+    or `paused` (nobody does: it waits to be resumed)."""
+
+    run_id: str
+    app_id: str
+    workflow_id: str
+    graph_hash: str
+    status: str
+    version: int
+    position: int
+    snapshot: str
+    owner: str | None = None
+    lease_expires_at: float | None = None
+    attempts: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    # Pieces of the snapshot written once and kept across checkpoints (a finished
+    # node's outputs), by name: a checkpoint writes only the new ones.
+    parts: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class MessageRecord:
     id: str
     query: str
@@ -215,6 +240,30 @@ class Store(ABC):
     @abstractmethod
     def record_run(self, run: RunRecord) -> None:
         """Write a workflow-mode run (no conversation) in one transaction."""
+
+    @abstractmethod
+    def save_checkpoint(self, checkpoint: CheckpointRecord, run: RunRecord | None = None) -> None:
+        """Write an unfinished run's checkpoint (replacing its last one; its `parts`
+        are added to those written before) and, with `run`, its run row and the
+        node executions in it, in one transaction."""
+
+    @abstractmethod
+    def checkpoint(self, run_id: str) -> CheckpointRecord | None: ...
+
+    @abstractmethod
+    def checkpoints(self, status: str | None = None) -> list[CheckpointRecord]:
+        """The unfinished runs' checkpoints (of one status), the oldest first."""
+
+    @abstractmethod
+    def claim_checkpoint(
+        self, run_id: str, *, owner: str, lease_seconds: float, statuses: Sequence[str]
+    ) -> CheckpointRecord | None:
+        """Take a run to resume it: its checkpoint when its status is one of
+        `statuses` and nobody holds an unexpired lease on it (then it is `running`,
+        held by `owner`, its attempts counted); None otherwise. Atomic across processes."""
+
+    @abstractmethod
+    def delete_checkpoint(self, run_id: str) -> None: ...
 
     @abstractmethod
     def messages(self, conversation_id: str) -> list[MessageRecord]:

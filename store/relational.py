@@ -22,6 +22,7 @@ running), so a crash never leaves a conversation stuck.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -34,6 +35,7 @@ from typing import Any, Protocol
 
 from firstgate.store.base import (
     MESSAGE_NORMAL,
+    CheckpointRecord,
     ConversationRecord,
     FeedbackRecord,
     FileRecord,
@@ -96,7 +98,8 @@ def _load(text: str | None) -> Any:
     return json.loads(text) if text else None
 
 
-def _owner_token() -> str:
+def owner_token() -> str:
+    """Who holds a lease: this host and process (so a dead holder is seen), and a nonce."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
 
 
@@ -169,7 +172,7 @@ class RelationalStore(Store):
         lease_seconds: float,
         wait_seconds: float,
     ) -> Turn:
-        owner = _owner_token()
+        owner = owner_token()
         give_up = time.monotonic() + max(0.0, wait_seconds)
         while True:
             with self.db.transaction(leases=True) as tx:
@@ -311,11 +314,24 @@ class RelationalStore(Store):
             self._insert_run(tx, run, None)
 
     def _insert_run(self, tx: Tx, run: RunRecord, conversation_id: str | None) -> None:
+        """A run that ended: its record (over what its checkpoints wrote), and its
+        checkpoint goes."""
+        self._write_run(tx, run, conversation_id)
+        tx.execute("DELETE FROM run_checkpoint_parts WHERE run_id = ?", (run.id,))
+        tx.execute("DELETE FROM run_checkpoints WHERE run_id = ?", (run.id,))
+
+    def _write_run(self, tx: Tx, run: RunRecord, conversation_id: str | None) -> None:
+        # An upsert: a durable run's row and node executions are written while it runs.
         tx.execute(
             "INSERT INTO workflow_runs (id, app_id, workflow_id, mode, user_id, conversation_id, "
             "status, inputs, outputs, error, elapsed_time, total_tokens, total_steps, "
             "exceptions_count, created_at, finished_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET conversation_id = excluded.conversation_id, "
+            "status = excluded.status, outputs = excluded.outputs, error = excluded.error, "
+            "elapsed_time = excluded.elapsed_time, total_tokens = excluded.total_tokens, "
+            "total_steps = excluded.total_steps, exceptions_count = excluded.exceptions_count, "
+            "finished_at = excluded.finished_at",
             (
                 run.id,
                 run.app_id,
@@ -340,16 +356,121 @@ class RelationalStore(Store):
                 "INSERT INTO node_executions (id, workflow_run_id, idx, node_id, node_type, title, "
                 "predecessor_node_id, status, inputs, process_data, outputs, error, elapsed_time, "
                 "execution_metadata, created_at, finished_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET status = excluded.status, "
+                "inputs = excluded.inputs, process_data = excluded.process_data, "
+                "outputs = excluded.outputs, error = excluded.error, "
+                "elapsed_time = excluded.elapsed_time, "
+                "execution_metadata = excluded.execution_metadata, "
+                "finished_at = excluded.finished_at",
                 [_node_row(run.id, node) for node in run.nodes],
             )
         if run.files:
             tx.executemany(
                 "INSERT INTO files (id, workflow_run_id, variable, belongs_to, filename, "
                 "extension, mime_type, size, transfer_method, remote_url, path) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (workflow_run_id, id) DO NOTHING",
                 [_file_row(run.id, file) for file in run.files],
             )
+
+    # ---- checkpoints
+
+    def save_checkpoint(self, checkpoint: CheckpointRecord, run: RunRecord | None = None) -> None:
+        now = time.time()
+        with self.db.transaction() as tx:
+            if run is not None:
+                self._write_run(tx, run, None)
+            tx.execute(
+                f"INSERT INTO run_checkpoints ({_CHECKPOINT_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, "
+                "version = excluded.version, position = excluded.position, "
+                "snapshot = excluded.snapshot, owner = excluded.owner, "
+                "lease_expires_at = excluded.lease_expires_at, updated_at = excluded.updated_at",
+                (
+                    checkpoint.run_id,
+                    checkpoint.app_id,
+                    checkpoint.workflow_id,
+                    checkpoint.graph_hash,
+                    checkpoint.status,
+                    checkpoint.version,
+                    checkpoint.position,
+                    checkpoint.snapshot,
+                    checkpoint.owner,
+                    checkpoint.lease_expires_at,
+                    checkpoint.attempts,
+                    checkpoint.created_at or now,
+                    now,
+                ),
+            )
+            if checkpoint.parts:
+                tx.executemany(
+                    "INSERT INTO run_checkpoint_parts (run_id, part, value) VALUES (?, ?, ?) "
+                    "ON CONFLICT (run_id, part) DO UPDATE SET value = excluded.value",
+                    [(checkpoint.run_id, k, v) for k, v in checkpoint.parts.items()],
+                )
+
+    def checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        with self.db.read() as tx:
+            row = tx.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            parts = tx.execute(
+                "SELECT part, value FROM run_checkpoint_parts WHERE run_id = ?", (run_id,)
+            ).fetchall()
+        return CheckpointRecord(*row, parts={k: v for k, v in parts})
+
+    def checkpoints(self, status: str | None = None) -> list[CheckpointRecord]:
+        where, params = ("WHERE status = ?", (status,)) if status else ("", ())
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints {where} "
+                "ORDER BY created_at, run_id",
+                params,
+            ).fetchall()
+        return [CheckpointRecord(*row) for row in rows]
+
+    def claim_checkpoint(
+        self, run_id: str, *, owner: str, lease_seconds: float, statuses: Sequence[str]
+    ) -> CheckpointRecord | None:
+        now = time.time()
+        with self.db.transaction(leases=True) as tx:
+            row = tx.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            found = CheckpointRecord(*row)
+            held = (
+                found.owner is not None
+                and found.owner != owner
+                and (found.lease_expires_at or 0) > now
+                and not _owner_gone(found.owner)
+            )
+            if found.status not in statuses or held:
+                return None
+            expires = now + lease_seconds
+            tx.execute(
+                "UPDATE run_checkpoints SET status = 'running', owner = ?, lease_expires_at = ?, "
+                "attempts = attempts + 1, updated_at = ? WHERE run_id = ?",
+                (owner, expires, now, run_id),
+            )
+        return dataclasses.replace(
+            found,
+            status="running",
+            owner=owner,
+            lease_expires_at=expires,
+            attempts=found.attempts + 1,
+            updated_at=now,
+        )
+
+    def delete_checkpoint(self, run_id: str) -> None:
+        with self.db.transaction() as tx:
+            tx.execute("DELETE FROM run_checkpoint_parts WHERE run_id = ?", (run_id,))
+            tx.execute("DELETE FROM run_checkpoints WHERE run_id = ?", (run_id,))
 
     def run(self, run_id: str) -> RunRecord | None:
         with self.db.read() as tx:
@@ -537,6 +658,10 @@ class RelationalStore(Store):
                 "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
                 "DELETE FROM files WHERE workflow_run_id IN "
                 "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
+                "DELETE FROM run_checkpoint_parts WHERE run_id IN "
+                "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
+                "DELETE FROM run_checkpoints WHERE run_id IN "
+                "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
                 "DELETE FROM workflow_runs WHERE conversation_id = ?",
                 "DELETE FROM conversation_variables WHERE conversation_id = ?",
                 "DELETE FROM conversation_leases WHERE conversation_id = ?",
@@ -680,6 +805,10 @@ _RUN_COLUMNS = (
 )
 _FEEDBACK_COLUMNS = (
     "message_id, app_id, conversation_id, user_id, rating, content, created_at, updated_at"
+)
+_CHECKPOINT_COLUMNS = (
+    "run_id, app_id, workflow_id, graph_hash, status, version, position, snapshot, owner, "
+    "lease_expires_at, attempts, created_at, updated_at"
 )
 _UPLOAD_COLUMNS = "id, app_id, user_id, name, size, extension, mime_type, path, created_at"
 

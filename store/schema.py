@@ -127,6 +127,32 @@ _TEMPLATES: tuple[str, ...] = (
     );
     CREATE INDEX message_feedbacks_app ON message_feedbacks(app_id, updated_at);
     """,
+    # 4: runs that live on their own: each unfinished run's latest checkpoint
+    # (`runtime/execution/checkpoint.py`'s snapshot, as JSON text) and who holds it.
+    """
+    CREATE TABLE run_checkpoints (
+        run_id TEXT PRIMARY KEY,
+        app_id TEXT NOT NULL,
+        workflow_id TEXT NOT NULL,
+        graph_hash TEXT NOT NULL,
+        status TEXT NOT NULL,
+        version {integer} NOT NULL,
+        position {integer} NOT NULL,
+        snapshot TEXT NOT NULL,
+        owner TEXT,
+        lease_expires_at {real},
+        attempts {integer} NOT NULL DEFAULT 0,
+        created_at {real} NOT NULL,
+        updated_at {real} NOT NULL
+    );
+    CREATE INDEX run_checkpoints_status ON run_checkpoints(status, updated_at);
+    CREATE TABLE run_checkpoint_parts (
+        run_id TEXT NOT NULL REFERENCES run_checkpoints(run_id) ON DELETE CASCADE,
+        part TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (run_id, part)
+    );
+    """,
 )
 
 

@@ -30,19 +30,23 @@ ready start. A chatflow's turn ends with `workflow_finished` followed by
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from firstgate.common.cancel import CancelToken
 from firstgate.nodes.base import (
     NeedsWorker,
+    Pause,
     Role,
     Round,
     Rounds,
 )
 from firstgate.runtime.dsl.graph import Graph, NodeDef
+from firstgate.runtime.execution import checkpoint as cp
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.execution.error_handler import (
     Outcome,
@@ -85,9 +89,16 @@ class WorkflowRun:
         max_workers: int,
         warm_code_executor: bool = False,
         owned: contextlib.ExitStack | None = None,
+        graph_hash: str = "",
+        checkpointer: cp.Checkpointer | None = None,
+        durability: cp.Durability = cp.Durability.END,
+        batch_ms: int = 200,
+        resume: Resume | None = None,
     ) -> None:
         """`resources` are shared and never closed here; `owned` is what the run
-        closes when it ends (its session, resources opened for it alone)."""
+        closes when it ends (its session, resources opened for it alone).
+        `checkpointer` writes the run's checkpoints (`durability` says when);
+        `resume` is the checkpoint the run goes on from."""
         self.graph = graph
         self.resources = resources
         self.providers = providers  # of the LLM nodes the run can reach
@@ -126,6 +137,18 @@ class WorkflowRun:
         self._stop_message: Stop | None = None
         self._stop_lock = threading.Lock()
         self._deadline = Deadline(None)  # set when the run starts
+        # Checkpoints: where the run's state goes, when, and what it goes on from.
+        self.graph_hash = graph_hash
+        self._checkpointer = checkpointer
+        self._durability = durability if checkpointer is not None else cp.Durability.END
+        self._batch_s = max(0, batch_ms) / 1000.0
+        self._last_save = 0.0
+        self._saved_records = 0  # of the report's node records, those in the store
+        self._done_ids: set[str] = set()  # top-graph nodes whose outputs no longer change
+        self._resume = resume
+        self._paused: list[tuple[Execution, Pause]] = []
+        self.checkpoint: cp.Snapshot | None = None  # the latest one taken
+        self.position = resume.snapshot.position if resume is not None else 0
         self._events = self._run()
 
     # ---- public surface
@@ -134,7 +157,9 @@ class WorkflowRun:
         return self
 
     def __next__(self) -> ev.Event:
-        return next(self._events)
+        event = next(self._events)
+        self.position += 1  # the run's event position: a resumed run's goes on
+        return event
 
     @property
     def status(self) -> str | None:
@@ -190,7 +215,7 @@ class WorkflowRun:
 
     def _run(self) -> Iterator[ev.Event]:
         try:
-            yield self.report.started()
+            yield self.report.started() if self._resume is None else self.report.resumed()
             self._deadline = Deadline.after(self.limits.max_run_seconds)
             try:
                 # Started here, in the caller's thread, so the server dies with its owner.
@@ -200,7 +225,10 @@ class WorkflowRun:
                 return
             if self._warm_code_executor:
                 self.resources.warm_up_code_executor()
-            yield from self._launch(self._top, [self.graph.start_id], None)
+            if self._resume is None:
+                yield from self._launch(self._top, [self.graph.start_id], None)
+            else:
+                yield from self._restart(self._resume)
             yield from self._pump()
             while self._in_flight and self._going:
                 item = self._next()
@@ -209,6 +237,9 @@ class WorkflowRun:
                 else:
                     yield from self._relay(item)
                 yield from self._pump()
+            if self._going and self._paused:
+                yield from self._pause_run()
+                return
             if self._going:
                 yield from self.report.ended(self.report.succeeded(), self.session.finish)
                 return
@@ -331,6 +362,15 @@ class WorkflowRun:
         through, the node's end event, then what it made ready starts."""
         node, frame = execution.node, execution.frame
         self._in_flight.pop(execution.id, None)
+        if outcome.status is Status.PAUSED:
+            assert outcome.pause is not None
+            if frame.owner is None:
+                # Nothing more of it runs now; the run pauses once nothing else does.
+                self._paused.append((execution, outcome.pause))
+                self._left(frame)
+                return
+            error = cp.CheckpointError("errors.checkpoint.pauseInContainer", node=node.id)
+            outcome = self._failed(execution, error)
         if outcome.status not in (Status.SUCCEEDED, Status.EXCEPTION):
             yield self.report.node_ended(execution, outcome)
             if outcome.status is Status.FAILED:
@@ -364,6 +404,10 @@ class WorkflowRun:
             yield self.report.node_ended(execution, outcome)
         if node.spec.role is Role.RESPONSE and outcome.status is Status.SUCCEEDED:
             self.report.merge_response(outcome.outputs)
+        if frame.owner is None:
+            self._done_ids.add(node.id)
+            if self._durability is not cp.Durability.END:
+                self._boundary()
         if step.ready and frame.error is None:
             yield from self._launch(frame, step.ready, node.id)
         self._left(frame)
@@ -460,6 +504,177 @@ class WorkflowRun:
                 execution.container.cancel.release()
                 yield self.report.node_ended(execution, Outcome(Status.CANCELLED, 1))
 
+    # ---- checkpoints: taken at node boundaries, written as durability says
+
+    def _boundary(self) -> None:
+        """A node of the top graph finished: its state is durable now (per node),
+        or with the next batch."""
+        if self._durability is cp.Durability.BATCHED:
+            now = time.monotonic()
+            if now - self._last_save < self._batch_s:
+                return
+            self._last_save = now
+        try:
+            self._save(self.snapshot())
+        except Exception as exc:  # noqa: BLE001 - a run that cannot be made durable fails
+            self._stop(Stop(aborted=False, reason=str(exc), error=exc))
+
+    def snapshot(self, after: int = 0) -> cp.Snapshot:
+        """The run's state now, at a node boundary (the dispatcher's thread only);
+        `after` events will have gone out when it is read back."""
+        top = self._top
+        running, containers = [], []
+        for execution in self._in_flight.values():
+            if execution.frame is not top:
+                continue  # inside a container in flight: it runs again whole
+            state = _execution_state(execution)
+            container = execution.container
+            if container is None:
+                running.append(state)
+                continue
+            containers.append(
+                cp.ContainerState(
+                    execution=state,
+                    kind=container.kind,
+                    rounds=container.rounds,
+                    round_index=container.rounds - 1 if container.rounds else None,
+                    variables=cp.encode(dict(container.scope.layer().get(execution.node.id, {}))),
+                )
+            )
+        values = {h: v for h, v in top.scope.layer().items() if h != "env"}  # env: never stored
+        frame = cp.FrameState(
+            values=cp.node_values(values),
+            scheduler=top.scheduler.saved(),
+            streamer=top.streamer.saved() if top.streamer is not None else None,
+            chunk_target=dict(top.chunk_target),
+            running=running,
+            paused=[
+                cp.PausedState(
+                    execution=_execution_state(e),
+                    payload=cp.encode(dict(p.payload)),
+                    reason=cp.encode(dict(p.reason)),
+                )
+                for e, p in self._paused
+            ],
+            containers=containers,
+        )
+        snapshot = cp.Snapshot(
+            graph_hash=self.graph_hash,
+            run=cp.RunState.of(self.info),
+            inputs=cp.encode(self.inputs),
+            query=self.session.options.query,
+            root=self.session.options.root,
+            started_at=self.session.started_at,
+            position=self.position + after,
+            report=cp.encode(self.report.state()),
+            frame=frame,
+        )
+        self.checkpoint = snapshot
+        return snapshot
+
+    def _save(self, snapshot: cp.Snapshot) -> None:
+        """Write `snapshot`, the node executions not written yet, the run's row."""
+        if self._checkpointer is None:
+            return
+        records = self.report.records
+        summary = self.report.progress(snapshot.status)
+        record = self.session.progress_record(summary, records[self._saved_records :])
+        self._checkpointer.save(snapshot, record, final_outputs=self._done_ids)
+        self._saved_records = len(records)
+
+    def _pause_run(self) -> Iterator[ev.Event]:
+        """Nothing runs but paused nodes: write the checkpoint, send the nodes'
+        own events, then `workflow_paused`. The run ends here; nothing of it waits."""
+        notices = [(e, n) for e, p in self._paused for n in p.events]
+        try:
+            self._save(self.snapshot(after=len(notices) + 1))
+        except Exception as exc:  # noqa: BLE001 - a pause that cannot be kept fails the run
+            yield from self.report.ended(self.report.failed(exc), self.session.finish)
+            return
+        for execution, notice in notices:
+            yield self.report.announced(execution, notice)
+        yield self.report.paused([p for _, p in self._paused])
+
+    def _restart(self, resume: Resume) -> Iterator[ev.Event]:
+        """Go on from `resume`'s checkpoint: the state back in place, what was in
+        flight started again (same execution ids), resolved paused nodes finished."""
+        snapshot, top = resume.snapshot, self._top
+        state = snapshot.frame
+        values = cp.restored_values(state.values)
+        values["env"] = dict(self.session.environment)
+        top.scope.restore_layer(values)
+        top.scheduler.restore(state.scheduler)
+        if top.streamer is not None and state.streamer is not None:
+            top.streamer.restore(state.streamer)
+        top.chunk_target.update(state.chunk_target)
+        self.report.restore(cp.decode(snapshot.report))
+        self._done_ids = {
+            n for n, v in top.scheduler.saved()["nodes"].items() if v in ("done", "skipped")
+        }
+        again = cp.executions([*state.running, *(c.execution for c in state.containers)])
+        unsafe = [item for item in again if not _repeatable(top.graph, item.node_id)]
+        if unsafe:
+            # At least once is not good enough for these: fail instead of repeating.
+            for item in unsafe:
+                error = cp.CheckpointError(
+                    "errors.checkpoint.unsafeToRepeat", run=self.run_id, node=item.node_id
+                )
+                execution = self._revive(top, item)  # its node_started went out before
+                yield from self._finish(execution, Outcome(Status.FAILED, 1, error=error))
+            return
+        for item in again:
+            top.scheduler.reset(item.node_id)
+            if top.streamer is not None:
+                top.streamer.on_retry(item.node_id)  # its unread text comes again
+        for item in again:
+            yield from self._relaunch(top, item)
+        for paused in state.paused:
+            execution = self._revive(top, paused.execution)
+            answer = resume.resolved.get(paused.execution.node_id)
+            if answer is None:
+                payload, reason = cp.decode(paused.payload), cp.decode(paused.reason)
+                self._paused.append((execution, Pause(execution.node.id, payload, reason)))
+                self._in_flight.pop(execution.id, None)
+                self._left(top)
+                continue
+            for notice in answer.events:
+                yield self.report.announced(execution, notice)
+            handles = frozenset({answer.handle}) if answer.handle is not None else None
+            outcome = Outcome(
+                Status.SUCCEEDED,
+                1,
+                outputs=dict(answer.outputs),
+                handles=handles,
+                inputs=dict(answer.inputs),
+                process_data=dict(answer.process_data),
+            )
+            yield from self._finish(execution, outcome)
+
+    def _revive(self, frame: Frame, state: cp.ExecutionState) -> Execution:
+        """A node execution of the checkpoint, under its own id and index, in flight."""
+        execution = Execution.start(frame.graph.nodes[state.node_id], frame, 0, state.predecessor)
+        execution.id, execution.index, execution.created_at = (
+            state.id,
+            state.index,
+            state.created_at,
+        )
+        frame.scheduler.mark_running(state.node_id)
+        frame.active += 1
+        self._in_flight[execution.id] = execution
+        return execution
+
+    def _relaunch(self, frame: Frame, state: cp.ExecutionState) -> Iterator[ev.Event]:
+        """A node that was in flight when the checkpoint was taken runs again."""
+        execution = self._revive(frame, state)
+        if execution.node.spec.container is not None:
+            yield from self._start_container(execution)
+            return
+        yield self.report.node_started(execution)
+        if execution.node.spec.inline and execution.node.retries == 0:
+            self._inline.append(execution)
+        else:
+            self._submit(execution)
+
     # ---- how the run ends
 
     def _stopped(self) -> ev.WorkflowFinished:
@@ -470,3 +685,31 @@ class WorkflowRun:
         if stop.aborted:
             return self.report.stopped(stop.reason)
         return self.report.failed(stop.error or LimitExceededError("cli.limit.time", limit="?"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resume:
+    """What a resumed run goes on from: its checkpoint, and how its paused nodes
+    finish (node id -> `Resolved`)."""
+
+    snapshot: cp.Snapshot
+    resolved: Mapping[str, cp.Resolved] = dataclasses.field(default_factory=dict)
+
+
+def _repeatable(graph: Graph, node_id: str) -> bool:
+    """Whether the node (a container: every node of its rounds) may run twice."""
+    node = graph.nodes[node_id]
+    if not node.spec.repeatable(node.data):
+        return False
+    inner = graph.children.get(node_id)
+    return inner is None or all(_repeatable(inner, n) for n in inner.nodes)
+
+
+def _execution_state(execution: Execution) -> cp.ExecutionState:
+    return cp.ExecutionState(
+        id=execution.id,
+        node_id=execution.node.id,
+        index=execution.index,
+        predecessor=execution.predecessor,
+        created_at=execution.created_at,
+    )

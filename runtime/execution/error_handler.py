@@ -10,7 +10,7 @@ from enum import Enum
 from typing import Any
 
 from firstgate.common.cancel import CancelToken
-from firstgate.nodes.base import FAIL_HANDLE, NeedsWorker, NodeContext, NodeResult
+from firstgate.nodes.base import FAIL_HANDLE, NeedsWorker, NodeContext, NodeResult, Pause
 from firstgate.nodes.selectors import Selector
 from firstgate.runtime.dsl.graph import NodeDef
 
@@ -20,6 +20,7 @@ class Status(Enum):
     EXCEPTION = "exception"  # failed, handled by the error strategy
     FAILED = "failed"  # failed, no strategy: the workflow fails
     CANCELLED = "cancelled"  # the run was aborted while the node ran
+    PAUSED = "paused"  # the node paused the run (`NodeResult.pause`): not finished
 
 
 @dataclass(slots=True)
@@ -36,6 +37,7 @@ class Outcome:
     updates: Mapping[Selector, Any] = field(default_factory=dict)
     breaks: bool = False  # ends the enclosing loop (NodeResult.breaks)
     retriever_resources: tuple[Mapping[str, Any], ...] = ()
+    pause: Pause | None = None  # Status.PAUSED: what the node paused with
 
 
 def error_type(exc: BaseException) -> str:
@@ -99,6 +101,8 @@ def execute(
 
 
 def succeeded(result: NodeResult, attempt: int) -> Outcome:
+    if result.pause is not None:
+        return Outcome(Status.PAUSED, attempt, pause=result.pause)
     return Outcome(
         Status.SUCCEEDED,
         attempt,

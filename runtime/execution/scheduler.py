@@ -9,9 +9,10 @@ were all skipped is skipped itself, and its outgoing edges with it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from firstgate.nodes.base import SUCCESS_HANDLE
 from firstgate.runtime.dsl.graph import EdgeDef, Graph
@@ -62,6 +63,32 @@ class Scheduler:
 
     def mark_running(self, node_id: str) -> None:
         self._nodes[node_id] = NodeState.RUNNING
+
+    def saved(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this scheduler (`restore` takes it back)."""
+        return {
+            "edges": [e.value for e in self._edges],
+            "nodes": {k: v.value for k, v in self._nodes.items() if v is not NodeState.PENDING},
+            "unresolved": dict(self._unresolved),
+            "taken": dict(self._taken),
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Edge and node states as `saved()` gave them (for the same graph)."""
+        edges = list(state["edges"])
+        if len(edges) != len(self._edges):
+            raise ValueError("the checkpoint's edges are not this graph's")
+        self._edges = [EdgeState(e) for e in edges]
+        for node_id, value in state["nodes"].items():
+            if node_id not in self._nodes:
+                raise ValueError(f"the checkpoint names node {node_id!r}, not in this graph")
+            self._nodes[node_id] = NodeState(value)
+        self._unresolved = {str(k): int(v) for k, v in state["unresolved"].items()}
+        self._taken = {str(k): int(v) for k, v in state["taken"].items()}
+
+    def reset(self, node_id: str) -> None:
+        """A node that was running when the checkpoint was taken: not started again yet."""
+        self._nodes[node_id] = NodeState.PENDING
 
     def roots(self) -> list[str]:
         return [self.graph.start_id]

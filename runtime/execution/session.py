@@ -26,6 +26,7 @@ from firstgate.common.storable_text import mend
 from firstgate.nodes.base import ChatTurn
 from firstgate.nodes.start import coerce_files
 from firstgate.nodes.values import jsonable
+from firstgate.runtime.execution.checkpoint import Durability
 from firstgate.runtime.execution.environment import EnvVar, resolve
 from firstgate.runtime.execution.events import CHAT_MODE, RunInfo
 from firstgate.runtime.execution.limits import RunLimits
@@ -110,6 +111,11 @@ class RunOptions:
     # Whether the run is recorded in the store (a workflow tool's inner run is
     # part of its outer run's record).
     recorded: bool = True
+    # When the run's state reaches the store (`runtime/execution/checkpoint.py`):
+    # at the end only (the default: a run costs what it did before checkpoints),
+    # after every node, or batched every `durability_batch_ms`.
+    durability: Durability = Durability.END
+    durability_batch_ms: int = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +280,12 @@ class RunSession:
             turn, self.turn = self.turn, None
             turn.release()
 
+    def progress_record(
+        self, summary: RunSummary, nodes: Sequence[NodeExecutionRecord]
+    ) -> RunRecord:
+        """The run's record while it runs or is paused (with these node executions)."""
+        return storable(dataclasses.replace(self._run_record(summary), nodes=list(nodes)))
+
     def _run_record(self, summary: RunSummary) -> RunRecord:
         redact = self.redactor.value
         return RunRecord(
@@ -328,14 +340,22 @@ def _file_record(variable: str, file: File) -> FileRecord:
 
 
 def open_session(
-    workflow: SessionApp, options: RunOptions, *, store: Store | None, lease_seconds: float
+    workflow: SessionApp,
+    options: RunOptions,
+    *,
+    store: Store | None,
+    lease_seconds: float,
+    info: RunInfo | None = None,
 ) -> RunSession:
-    """Resolve the environment, take the conversation (chatflows, from `store`), build the ids."""
+    """Resolve the environment, take the conversation (chatflows, from `store`), build
+    the ids (`info`: those of a run that goes on from its checkpoint)."""
     environment, redactor = resolve(
         workflow.environment_variables, options.environ, options.env_file_values
     )
     chat = workflow.mode == CHAT_MODE
     conversation_id = (options.conversation_id or str(uuid.uuid4())) if chat else None
+    if info is not None:
+        conversation_id = info.conversation_id
     turn: Turn | None = None
     if chat and store is not None:
         assert conversation_id is not None
@@ -347,7 +367,7 @@ def open_session(
             lease_seconds=lease_seconds,
             wait_seconds=options.turn_wait_s,
         )
-    info = RunInfo(
+    info = info or RunInfo(
         task_id=options.task_id or str(uuid.uuid4()),
         workflow_run_id=options.run_id or str(uuid.uuid4()),
         workflow_id=workflow.workflow_id,
