@@ -348,6 +348,11 @@ class Store(ABC):
         is looked for, ignoring case, in the inputs, the outputs and the user."""
 
     @abstractmethod
+    def recent_runs(self, *, status: str | None, limit: int) -> list[RunRecord]:
+        """The newest runs of every app (running and paused ones included), the
+        newest first, without their node executions and files."""
+
+    @abstractmethod
     def users(self, app_id: str) -> set[str]:
         """Every end user the app has seen (runs, conversations, uploads)."""
 

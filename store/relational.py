@@ -556,6 +556,16 @@ class RelationalStore(Store):
             ).fetchall()
         return [_run(row, (), ()) for row in rows], int(total)
 
+    def recent_runs(self, *, status: str | None, limit: int) -> list[RunRecord]:
+        where, params = ("WHERE status = ?", [status]) if status else ("", [])
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT {_RUN_COLUMNS} FROM workflow_runs {where} "
+                "ORDER BY created_at DESC, id DESC LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+        return [_run(row, (), ()) for row in rows]
+
     def users(self, app_id: str) -> set[str]:
         with self.db.read() as tx:
             rows = tx.execute(

@@ -39,6 +39,9 @@ from firstgate.store.base import CheckpointRecord, RunRecord, Store
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 SNAPSHOT_VERSION = 1
+# The batched durability's period: a crash loses at most this much finished work,
+# progress shows this late, and a run shorter than this commits only at its end.
+DEFAULT_BATCH_MS = 200
 RUNNING = "running"
 PAUSED = "paused"
 _FILE_KEY = "__firstgate_file__"

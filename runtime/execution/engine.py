@@ -92,7 +92,7 @@ class WorkflowRun:
         graph_hash: str = "",
         checkpointer: cp.Checkpointer | None = None,
         durability: cp.Durability = cp.Durability.END,
-        batch_ms: int = 200,
+        batch_ms: int = cp.DEFAULT_BATCH_MS,
         resume: Resume | None = None,
     ) -> None:
         """`resources` are shared and never closed here; `owned` is what the run
@@ -217,6 +217,7 @@ class WorkflowRun:
         try:
             yield self.report.started() if self._resume is None else self.report.resumed()
             self._deadline = Deadline.after(self.limits.max_run_seconds)
+            self._last_save = time.monotonic()  # a batch's clock starts with the run
             try:
                 # Started here, in the caller's thread, so the server dies with its owner.
                 self.resources.start_local(self.providers)
@@ -577,8 +578,10 @@ class WorkflowRun:
         if self._checkpointer is None:
             return
         records = self.report.records
-        summary = self.report.progress(snapshot.status)
-        record = self.session.progress_record(summary, records[self._saved_records :])
+        record = None
+        if not self.info.chat:  # a chat turn's run is written with its message, at its end
+            summary = self.report.progress(snapshot.status)
+            record = self.session.progress_record(summary, records[self._saved_records :])
         self._checkpointer.save(snapshot, record, final_outputs=self._done_ids)
         self._saved_records = len(records)
 

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -274,3 +275,101 @@ def test_values_keep_their_files(tmp_path: Path) -> None:
     back = cp.decode(json.loads(json.dumps(cp.encode(value))))
     assert back == {"files": [file, {"nested": [1, "two"]}], "n": None}
     assert back["files"][0].path == path
+
+
+def work_doc(count: int, gate_at: int | None = None, log: str = "") -> dict[str, Any]:
+    """start -> w1 -> ... -> w<count> -> end, `test-work` nodes (one waiting on a gate)."""
+    nodes = [node("start", "start", variables=[{"variable": "q", "type": "text-input"}])]
+    edges = []
+    previous = "start"
+    for i in range(1, count + 1):
+        data: dict[str, Any] = {"log": log}
+        if i == gate_at:
+            data["gate"] = f"g{i}"
+        nodes.append(node(f"w{i}", "test-work", **data))
+        edges.append(edge(previous, f"w{i}"))
+        previous = f"w{i}"
+    last = [{"variable": "out", "value_selector": [previous, "output"]}]
+    nodes.append(node("end", "end", outputs=last))
+    edges.append(edge(previous, "end"))
+    return {
+        "kind": "app",
+        "app": {"mode": "workflow", "name": "work"},
+        "workflow": {"graph": {"nodes": nodes, "edges": edges}},
+    }
+
+
+def firstgate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "firstgate.serve.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.parametrize("durability", [cp.Durability.NODE, cp.Durability.BATCHED])
+def test_a_running_run_shows_its_progress(tmp_path: Path, durability: cp.Durability) -> None:
+    """Node executions are written as they finish: the store's run (what
+    `GET /v1/workflows/run/{id}` answers) and `firstgate runs` show the progress."""
+    state = tmp_path / "state.db"
+    workflow = load_workflow(work_doc(3, gate_at=3))
+    gate = pausing_node.GATES.setdefault("g3", threading.Event())
+    gate.clear()
+    store = open_store(state)
+    options = RunOptions(durability=durability, durability_batch_ms=0)
+    try:
+        with RunResources.open(store=store, clients=object()) as resources:  # type: ignore[arg-type]
+            run = workflow.run({"q": "a"}, options, resources)
+            for event in run:
+                if isinstance(event, ev.NodeStarted) and event.node_id == "w3":
+                    break
+            seen = store.run(run.run_id)
+            assert seen is not None and seen.status == "running"
+            assert seen.total_steps == 3  # start, w1, w2 finished before w3 started
+            assert [n.node_id for n in seen.nodes] == ["start", "w1", "w2"]
+            listed = firstgate("runs", "--state", str(state))
+            assert listed.returncode == 0, listed.stderr
+            assert run.run_id in listed.stdout and "running" in listed.stdout
+            shown = firstgate("runs", run.run_id, "--state", str(state), "--json")
+            lines = [json.loads(line) for line in shown.stdout.splitlines()]
+            assert lines[0]["status"] == "running"
+            assert [n["node"] for n in lines[1:]] == ["start", "w1", "w2"]
+            gate.set()
+            rest = list(run)
+            assert isinstance(rest[-1], ev.WorkflowSucceeded)
+            done = store.run(run.run_id)
+            assert done.status == "succeeded" and len(done.nodes) == 5
+            assert store.checkpoint(run.run_id) is None
+    finally:
+        gate.set()
+        store.close()
+
+
+def test_runs_lists_nothing_and_refuses_an_unknown_run(tmp_path: Path) -> None:
+    state = str(tmp_path / "empty.db")
+    listed = firstgate("runs", "--state", state)
+    assert listed.returncode == 0 and "no runs in" in listed.stdout
+    unknown = firstgate("runs", "nope", "--state", state)
+    assert unknown.returncode == 2 and "no run nope" in unknown.stderr
+
+
+def test_end_only_durability_writes_nothing_before_the_end(tmp_path: Path) -> None:
+    workflow = load_workflow(work_doc(2, gate_at=2))
+    gate = pausing_node.GATES.setdefault("g2", threading.Event())
+    gate.clear()
+    store = open_store(tmp_path / "state.db")
+    try:
+        with RunResources.open(store=store, clients=object()) as resources:  # type: ignore[arg-type]
+            run = workflow.run({"q": "a"}, RunOptions(durability=cp.Durability.END), resources)
+            for event in run:
+                if isinstance(event, ev.NodeStarted) and event.node_id == "w2":
+                    break
+            assert store.run(run.run_id) is None and store.checkpoint(run.run_id) is None
+            gate.set()
+            assert isinstance(list(run)[-1], ev.WorkflowSucceeded)
+            assert store.run(run.run_id).status == "succeeded"
+    finally:
+        gate.set()
+        store.close()
