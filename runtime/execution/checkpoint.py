@@ -153,6 +153,13 @@ class ExecutionState(_Model):
     created_at: int = 0
 
 
+class ReadyState(_Model):
+    """A node made ready by the last finished node, not started yet."""
+
+    node_id: str
+    predecessor: str | None = None
+
+
 class PausedState(_Model):
     """A node that paused the run (`nodes.base.Pause`): what it paused with."""
 
@@ -182,6 +189,7 @@ class FrameState(_Model):
     scheduler: dict[str, Any]
     streamer: dict[str, Any] | None = None
     chunk_target: dict[str, str | None] = Field(default_factory=dict)
+    ready: list[ReadyState] = Field(default_factory=list)
     running: list[ExecutionState] = Field(default_factory=list)
     paused: list[PausedState] = Field(default_factory=list)
     containers: list[ContainerState] = Field(default_factory=list)

@@ -276,13 +276,29 @@ class WorkflowRun:
             frame.active += 1
             self._in_flight[execution.id] = execution
             if node.spec.container is not None:
+                if frame.owner is None and self._unsafe_start(execution):
+                    return
                 yield from self._start_container(execution)
                 continue
             yield self.report.node_started(execution)
+            if frame.owner is None and self._unsafe_start(execution):
+                return
             if node.spec.inline and node.retries == 0:
                 self._inline.append(execution)
             else:
                 self._submit(execution)
+
+    def _unsafe_start(self, execution: Execution) -> bool:
+        """A node unsafe to repeat starts only once the store knows it is in flight
+        (so a resumed run fails it rather than run it again); True when that
+        could not be written (the run is failing)."""
+        if self._durability is cp.Durability.END or _repeatable(self.graph, execution.node.id):
+            return False
+        if self._write(self.snapshot()):
+            return False
+        self._in_flight.pop(execution.id, None)
+        execution.frame.active -= 1
+        return True
 
     def _round_start(self, frame: Frame, node: NodeDef) -> Iterator[ev.Event]:
         """A round's start node runs nothing and reports nothing: its edges are taken."""
@@ -408,7 +424,7 @@ class WorkflowRun:
         if frame.owner is None:
             self._done_ids.add(node.id)
             if self._durability is not cp.Durability.END:
-                self._boundary()
+                self._boundary(step.ready if frame.error is None else [], node.id)
         if step.ready and frame.error is None:
             yield from self._launch(frame, step.ready, node.id)
         self._left(frame)
@@ -507,22 +523,30 @@ class WorkflowRun:
 
     # ---- checkpoints: taken at node boundaries, written as durability says
 
-    def _boundary(self) -> None:
+    def _boundary(self, ready: list[str], predecessor: str | None) -> None:
         """A node of the top graph finished: its state is durable now (per node),
-        or with the next batch."""
+        or with the next batch; `ready` (the nodes it made ready) start after."""
         if self._durability is cp.Durability.BATCHED:
             now = time.monotonic()
             if now - self._last_save < self._batch_s:
                 return
             self._last_save = now
+        self._write(self.snapshot(ready=[(n, predecessor) for n in ready]))
+
+    def _write(self, snapshot: cp.Snapshot) -> bool:
         try:
-            self._save(self.snapshot())
+            self._save(snapshot)
         except Exception as exc:  # noqa: BLE001 - a run that cannot be made durable fails
             self._stop(Stop(aborted=False, reason=str(exc), error=exc))
+            return False
+        return True
 
-    def snapshot(self, after: int = 0) -> cp.Snapshot:
+    def snapshot(
+        self, after: int = 0, ready: list[tuple[str, str | None]] | None = None
+    ) -> cp.Snapshot:
         """The run's state now, at a node boundary (the dispatcher's thread only);
-        `after` events will have gone out when it is read back."""
+        `after` events will have gone out when it is read back; `ready` are the
+        nodes about to start (node, predecessor)."""
         top = self._top
         running, containers = [], []
         for execution in self._in_flight.values():
@@ -548,6 +572,7 @@ class WorkflowRun:
             scheduler=top.scheduler.saved(),
             streamer=top.streamer.saved() if top.streamer is not None else None,
             chunk_target=dict(top.chunk_target),
+            ready=[cp.ReadyState(node_id=n, predecessor=p) for n, p in ready or ()],
             running=running,
             paused=[
                 cp.PausedState(
@@ -631,6 +656,8 @@ class WorkflowRun:
                 top.streamer.on_retry(item.node_id)  # its unread text comes again
         for item in again:
             yield from self._relaunch(top, item)
+        for ready in state.ready:
+            yield from self._launch(top, [ready.node_id], ready.predecessor)
         for paused in state.paused:
             execution = self._revive(top, paused.execution)
             answer = resume.resolved.get(paused.execution.node_id)

@@ -4,8 +4,9 @@
 `test_pause_required` event first, and names its two handles `yes` and `no`.
 `test-work` stands for real work: it appends its node id to the file `log` when
 it starts (so a test counts how often each node ran, across processes), then
-waits `sleep_ms` (or, in the test's own process, until `GATES[gate]` is set),
-honouring the run's cancel, and outputs `{"output": <its id>}`.
+waits `sleep_ms`, or until the file `wait_file` exists, or (in the test's own
+process) until `GATES[gate]` is set, honouring the run's cancel, and outputs
+`{"output": <its id>}`; `repeatable: false` makes it unsafe to run twice.
 `registered()` adds them to the node registry for as long as a test needs them
 (in a child process too: `register()`)."""
 
@@ -67,6 +68,8 @@ class WorkData(BaseNodeData):
     sleep_ms: int = 0
     log: str = ""
     gate: str = ""
+    wait_file: str = ""  # wait until this file exists (another process makes it)
+    repeatable: bool = True  # what its NodeSpec says about running it twice
 
 
 def work(data: WorkData, ctx: NodeContext) -> NodeResult:
@@ -81,6 +84,12 @@ def work(data: WorkData, ctx: NodeContext) -> NodeResult:
         waited = 0.0
         while not gate.wait(0.01) and not ctx.cancel.cancelled and waited < LONGEST_WAIT_S:
             waited += 0.01
+    elif data.wait_file:
+        waited = 0.0
+        while not os.path.exists(data.wait_file) and waited < LONGEST_WAIT_S:
+            if ctx.cancel.sleep(0.01):
+                break
+            waited += 0.01
     elif data.sleep_ms:
         ctx.cancel.sleep(data.sleep_ms / 1000.0)
     return NodeResult(outputs={"output": ctx.node_id})
@@ -90,7 +99,17 @@ def _work_outputs(data: Any) -> set[str]:
     return {"output"}
 
 
-WORK_SPEC = NodeSpec(type=WORK, data_model=WorkData, run=work, output_names=_work_outputs)
+def _repeatable(data: WorkData) -> bool:
+    return data.repeatable
+
+
+WORK_SPEC = NodeSpec(
+    type=WORK,
+    data_model=WorkData,
+    run=work,
+    output_names=_work_outputs,
+    repeatable=_repeatable,
+)
 
 
 def register() -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -277,13 +279,19 @@ def test_values_keep_their_files(tmp_path: Path) -> None:
     assert back["files"][0].path == path
 
 
-def work_doc(count: int, gate_at: int | None = None, log: str = "") -> dict[str, Any]:
-    """start -> w1 -> ... -> w<count> -> end, `test-work` nodes (one waiting on a gate)."""
+def work_doc(
+    count: int,
+    gate_at: int | None = None,
+    log: str = "",
+    extra: dict[int, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """start -> w1 -> ... -> w<count> -> end, `test-work` nodes (one waiting on a
+    gate; `extra` adds data to some)."""
     nodes = [node("start", "start", variables=[{"variable": "q", "type": "text-input"}])]
     edges = []
     previous = "start"
     for i in range(1, count + 1):
-        data: dict[str, Any] = {"log": log}
+        data: dict[str, Any] = {"log": log, **(extra or {}).get(i, {})}
         if i == gate_at:
             data["gate"] = f"g{i}"
         nodes.append(node(f"w{i}", "test-work", **data))
@@ -372,4 +380,100 @@ def test_end_only_durability_writes_nothing_before_the_end(tmp_path: Path) -> No
             assert store.run(run.run_id).status == "succeeded"
     finally:
         gate.set()
+        store.close()
+
+
+def killed_at(location: str, doc: str, node_id: str, log: Path) -> list[dict[str, Any]]:
+    """Run `doc` in a child process with per-node durability and SIGKILL it once
+    `node_id` is at work (its line is in `log`); the events it sent."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CHECKPOINT_DURABILITY": "node"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.checkpoint_child", "run", location, doc, '{"q": "a"}'],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    seen: list[dict[str, Any]] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            seen.append(json.loads(line))
+            data = seen[-1].get("data", {})
+            if seen[-1]["event"] == "node_started" and data.get("node_id") == node_id:
+                break
+        for _ in range(3000):  # its node_started goes out just before it runs
+            if log.exists() and node_id in log.read_text(encoding="utf-8").split():
+                break
+            time.sleep(0.01)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()
+    assert process.returncode == -signal.SIGKILL
+    return seen
+
+
+def test_a_killed_run_resumes_from_its_last_finished_node(tmp_path: Path, location: str) -> None:
+    """SIGKILL while w3 runs: another process resumes the run; w1 and w2 (finished)
+    are not run again, w3 (in flight) is: at least once for it, exactly once for them."""
+    log, release = tmp_path / "ran.log", tmp_path / "go"
+    doc = write_doc(tmp_path, work_doc(4, log=str(log), extra={3: {"wait_file": str(release)}}))
+    first = killed_at(location, doc, "w3", log)
+    run_id = first[0]["workflow_run_id"]
+    store = open_store(location)
+    try:
+        record = store.checkpoint(run_id)
+        assert record is not None and record.status == cp.RUNNING
+        assert store.run(run_id).status == "running"
+    finally:
+        store.close()
+    release.write_text("", encoding="utf-8")
+    code, second = child("resume", location, doc, run_id, "{}")
+    assert code == 0
+    ran = [e["data"]["node_id"] for e in second if e["event"] == "node_started"]
+    assert ran == ["w3", "w4", "end"]
+    assert log.read_text(encoding="utf-8").split() == ["w1", "w2", "w3", "w3", "w4"]
+    # The checkpoint of w2's end listed w3 as ready: it starts again as a new execution.
+    assert first[-1]["data"]["node_id"] == "w3"
+    assert second[1]["data"]["node_id"] == "w3" and second[1]["data"]["index"] == 4
+    # Positions go on from the checkpoint's (events after it were the dead worker's).
+    assert second[0]["position"] == first[-2]["position"] + 1
+    assert names(second).count("workflow_finished") == 1
+    assert second[-1]["data"]["status"] == "succeeded"
+    assert second[-1]["data"]["outputs"] == {"out": "w4"}
+    store = open_store(location)
+    try:
+        assert store.run(run_id).status == "succeeded"
+        assert [n.node_id for n in store.run(run_id).nodes] == [
+            "start", "w1", "w2", "w3", "w4", "end"
+        ]  # fmt: skip
+        assert store.checkpoint(run_id) is None
+    finally:
+        store.close()
+
+
+def test_a_node_unsafe_to_repeat_fails_the_resumed_run(tmp_path: Path) -> None:
+    location = str(tmp_path / "state.db")
+    log, release = tmp_path / "ran.log", tmp_path / "go"
+    unsafe = {"wait_file": str(release), "repeatable": False}
+    doc = write_doc(tmp_path, work_doc(3, log=str(log), extra={2: unsafe}))
+    first = killed_at(location, doc, "w2", log)
+    run_id = first[0]["workflow_run_id"]
+    release.write_text("", encoding="utf-8")
+    code, second = child("resume", location, doc, run_id, "{}")
+    assert code == 0
+    assert log.read_text(encoding="utf-8").split() == ["w1", "w2"]  # w2 was not repeated
+    failed = next(e for e in second if e["event"] == "node_finished")
+    assert failed["data"]["node_id"] == "w2" and failed["data"]["status"] == "failed"
+    assert failed["data"]["id"] == first[-1]["data"]["id"]  # the execution that was cut
+    assert "unsafe to run twice" in failed["data"]["error"]
+    end = second[-1]
+    assert end["event"] == "workflow_finished" and end["data"]["status"] == "failed"
+    assert "w2" in end["data"]["error"] and run_id in end["data"]["error"]
+    store = open_store(location)
+    try:
+        assert store.run(run_id).status == "failed" and store.checkpoint(run_id) is None
+    finally:
         store.close()
