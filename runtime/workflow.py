@@ -310,6 +310,7 @@ class Workflow:
         *,
         resolved: Mapping[str, Resolved] | None = None,
         settings: RuntimeSettings | None = None,
+        take_over: bool = False,
     ) -> WorkflowRun:
         """Go on with a run from its checkpoint: `source` is a run id (its latest
         checkpoint, read from the resources' store and taken there, so that one
@@ -322,7 +323,8 @@ class Workflow:
         own ids, inputs and query come from the checkpoint). Raises CheckpointError
         for a run with no checkpoint (finished, stopped, unknown), one taken under
         another graph (`graph_hash`), one another process holds, or a `resolved`
-        node that is not paused.
+        node that is not paused. `take_over`: the caller holds the run by other
+        means (serve's broker lease), so the store's holder is not asked.
         """
         options = options or RunOptions()
         resolved = dict(resolved or {})
@@ -332,7 +334,7 @@ class Workflow:
                 resources = owned.enter_context(RunResources.open(settings, loader=load_workflow))
             elif settings is not None:
                 raise TypeError("settings come with the resources: RunResources.open(settings)")
-            return self._resume(source, options, resources, resolved, owned)
+            return self._resume(source, options, resources, resolved, owned, take_over)
         except BaseException:
             owned.close()
             raise
@@ -344,6 +346,7 @@ class Workflow:
         resources: RunResources,
         resolved: dict[str, Resolved],
         owned: ExitStack,
+        take_over: bool,
     ) -> WorkflowRun:
         store = resources.store if options.recorded else None
         record: CheckpointRecord | None = None
@@ -371,6 +374,7 @@ class Workflow:
                 owner=owner_token(),
                 lease_seconds=_checkpoint_lease(options),
                 statuses=(PAUSED, RUNNING),
+                take_over=take_over,
             )
             if record is None:
                 raise CheckpointError("errors.checkpoint.busy", run=snapshot.run.workflow_run_id)

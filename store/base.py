@@ -256,11 +256,18 @@ class Store(ABC):
 
     @abstractmethod
     def claim_checkpoint(
-        self, run_id: str, *, owner: str, lease_seconds: float, statuses: Sequence[str]
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        lease_seconds: float,
+        statuses: Sequence[str],
+        take_over: bool = False,
     ) -> CheckpointRecord | None:
         """Take a run to resume it: its checkpoint when its status is one of
         `statuses` and nobody holds an unexpired lease on it (then it is `running`,
-        held by `owner`, its attempts counted); None otherwise. Atomic across processes."""
+        held by `owner`, its attempts counted); None otherwise. Atomic across processes.
+        `take_over`: whoever holds it now has lost it (a broker says so)."""
 
     @abstractmethod
     def delete_checkpoint(self, run_id: str) -> None: ...

@@ -434,7 +434,13 @@ class RelationalStore(Store):
         return [CheckpointRecord(*row) for row in rows]
 
     def claim_checkpoint(
-        self, run_id: str, *, owner: str, lease_seconds: float, statuses: Sequence[str]
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        lease_seconds: float,
+        statuses: Sequence[str],
+        take_over: bool = False,
     ) -> CheckpointRecord | None:
         now = time.time()
         with self.db.transaction(leases=True) as tx:
@@ -445,7 +451,8 @@ class RelationalStore(Store):
                 return None
             found = CheckpointRecord(*row)
             held = (
-                found.owner is not None
+                not take_over
+                and found.owner is not None
                 and found.owner != owner
                 and (found.lease_expires_at or 0) > now
                 and not _owner_gone(found.owner)
