@@ -53,6 +53,8 @@ from firstgate.store.base import (
 )
 
 _POLL_S = 0.05  # how often a waiting turn looks at a held lease
+# The statuses of a run that has not ended (its checkpoints write them).
+_UNFINISHED = frozenset({"running", "paused"})
 # A conversation's name when the caller did not give one: its first query, cut here.
 NAME_CHARS = 50
 
@@ -315,7 +317,12 @@ class RelationalStore(Store):
 
     def _insert_run(self, tx: Tx, run: RunRecord, conversation_id: str | None) -> None:
         """A run that ended: its record (over what its checkpoints wrote), and its
-        checkpoint goes."""
+        checkpoint goes. A run already recorded as ended stays as it was: a
+        process that lost its hold on the run (it hung past its lease and another
+        ended the run) changes nothing when it wakes."""
+        found = tx.execute("SELECT status FROM workflow_runs WHERE id = ?", (run.id,)).fetchone()
+        if found is not None and found[0] not in _UNFINISHED:
+            return
         self._write_run(tx, run, conversation_id)
         tx.execute("DELETE FROM run_checkpoint_parts WHERE run_id = ?", (run.id,))
         tx.execute("DELETE FROM run_checkpoints WHERE run_id = ?", (run.id,))
@@ -379,6 +386,12 @@ class RelationalStore(Store):
     def save_checkpoint(self, checkpoint: CheckpointRecord, run: RunRecord | None = None) -> None:
         now = time.time()
         with self.db.transaction() as tx:
+            found = tx.execute(
+                "SELECT status FROM workflow_runs WHERE id = ?", (checkpoint.run_id,)
+            ).fetchone()
+            if found is not None and found[0] not in _UNFINISHED:
+                # Ended by someone else (this process lost its hold): it stays ended.
+                raise StoreError("errors.store.runEnded", run=checkpoint.run_id, status=found[0])
             if run is not None:
                 self._write_run(tx, run, None)
             tx.execute(

@@ -6,6 +6,7 @@ it from the store under the same ids, its positions going on."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import signal
@@ -476,4 +477,36 @@ def test_a_node_unsafe_to_repeat_fails_the_resumed_run(tmp_path: Path) -> None:
     try:
         assert store.run(run_id).status == "failed" and store.checkpoint(run_id) is None
     finally:
+        store.close()
+
+
+def test_an_ended_run_stays_ended_whoever_writes_later(tmp_path: Path, location: str) -> None:
+    """A process that lost its hold on a run (it hung; another ended the run) can
+    neither checkpoint it again nor record another end over the first."""
+    workflow = load_workflow(work_doc(2, gate_at=2))
+    gate = pausing_node.GATES.setdefault("g2", threading.Event())
+    gate.clear()
+    store = open_store(location)
+    options = RunOptions(durability=cp.Durability.NODE)
+    try:
+        with RunResources.open(store=store, clients=object()) as resources:  # type: ignore[arg-type]
+            run = workflow.run({"q": "a"}, options, resources)
+            for event in run:
+                if isinstance(event, ev.NodeStarted) and event.node_id == "w2":
+                    break
+            running = store.run(run.run_id)
+            assert running.status == "running"
+            # Someone else ends it (a reaper): failed.
+            store.record_run(
+                dataclasses.replace(running, status="failed", error="lost", nodes=(), files=())
+            )
+            gate.set()
+            rest = list(run)  # w2 ends: its checkpoint is refused, the run fails here
+            assert isinstance(rest[-1], ev.WorkflowFailed)
+            assert "has already ended" in rest[-1].error_message
+            kept = store.run(run.run_id)
+            assert kept.status == "failed" and kept.error == "lost"
+            assert store.checkpoint(run.run_id) is None
+    finally:
+        gate.set()
         store.close()
