@@ -282,7 +282,9 @@ class Workflow:
         checkpointer = None
         if store is not None:
             lease = _checkpoint_lease(options)
-            checkpointer = Checkpointer(store, owner=owner_token(), lease_seconds=lease)
+            # A resumed run goes on under the hold its claim took.
+            owner = record.owner if record is not None and record.owner else owner_token()
+            checkpointer = Checkpointer(store, owner=owner, lease_seconds=lease)
             if record is not None:
                 checkpointer.resumed(record)
         return WorkflowRun(
@@ -395,7 +397,7 @@ class Workflow:
         session.started_at = snapshot.started_at
         inputs = decode(snapshot.inputs)
         session.note_input_files(inputs)
-        resume = Resume(snapshot, resolved)
+        resume = Resume(snapshot, resolved, parts_written=record is not None)
         graph = self.graph_from(snapshot.root)
         return self._engine(graph, inputs, options, resources, session, owned, resume, record)
 

@@ -242,10 +242,16 @@ class Store(ABC):
         """Write a workflow-mode run (no conversation) in one transaction."""
 
     @abstractmethod
-    def save_checkpoint(self, checkpoint: CheckpointRecord, run: RunRecord | None = None) -> None:
+    def save_checkpoint(
+        self,
+        checkpoint: CheckpointRecord,
+        run: RunRecord | None = None,
+        nodes: Sequence[NodeExecutionRecord] = (),
+    ) -> None:
         """Write an unfinished run's checkpoint (replacing its last one; its `parts`
-        are added to those written before) and, with `run`, its run row and the
-        node executions in it, in one transaction."""
+        are added to those written before), with `run` its run row (and the node
+        executions in it), and `nodes`, in one transaction. Refused (StoreError)
+        when the run has ended or another writer holds its checkpoint."""
 
     @abstractmethod
     def checkpoint(self, run_id: str) -> CheckpointRecord | None: ...

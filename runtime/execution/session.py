@@ -285,7 +285,7 @@ class RunSession:
         self, summary: RunSummary, nodes: Sequence[NodeExecutionRecord]
     ) -> RunRecord:
         """The run's record while it runs or is paused (with these node executions)."""
-        return storable(dataclasses.replace(self._run_record(summary), nodes=list(nodes)))
+        return storable(dataclasses.replace(self._run_record(summary), nodes=list(nodes), files=[]))
 
     def _run_record(self, summary: RunSummary) -> RunRecord:
         redact = self.redactor.value

@@ -436,11 +436,12 @@ def test_a_killed_run_resumes_from_its_last_finished_node(tmp_path: Path, locati
     ran = [e["data"]["node_id"] for e in second if e["event"] == "node_started"]
     assert ran == ["w3", "w4", "end"]
     assert log.read_text(encoding="utf-8").split() == ["w1", "w2", "w3", "w3", "w4"]
-    # The checkpoint of w2's end listed w3 as ready: it starts again as a new execution.
+    # The dispatcher wrote a checkpoint before it waited for w3: w3 was in flight,
+    # and runs again under its own execution id; positions go on from there.
     assert first[-1]["data"]["node_id"] == "w3"
     assert second[1]["data"]["node_id"] == "w3" and second[1]["data"]["index"] == 4
-    # Positions go on from the checkpoint's (events after it were the dead worker's).
-    assert second[0]["position"] == first[-2]["position"] + 1
+    assert second[1]["data"]["id"] == first[-1]["data"]["id"]
+    assert second[0]["position"] == first[-1]["position"] + 1
     assert names(second).count("workflow_finished") == 1
     assert second[-1]["data"]["status"] == "succeeded"
     assert second[-1]["data"]["outputs"] == {"out": "w4"}
