@@ -427,7 +427,7 @@ class WorkflowRun:
             yield self.report.node_ended(execution, outcome)
         if node.spec.role is Role.RESPONSE and outcome.status is Status.SUCCEEDED:
             self.report.merge_response(outcome.outputs)
-        if frame.owner is None:
+        if frame.owner is None and self._checkpointer is not None:
             self._unwritten.append(node.id)
             if self._durability is not cp.Durability.END:
                 self._boundary(step.ready if frame.error is None else [], node.id)
