@@ -21,7 +21,7 @@ import httpx  # noqa: E402
 from firstgate.plugin_daemon_client import LLMClient, first_token_gate  # noqa: E402
 from firstgate.plugin_daemon_client.errors import FirstGateError  # noqa: E402
 from firstgate.runtime import RunOptions, load_workflow  # noqa: E402
-from firstgate.runtime import events as ev  # noqa: E402
+from firstgate.runtime.execution import events as ev  # noqa: E402
 from firstgate.runtime.settings import RuntimeSettings  # noqa: E402
 from firstgate.runtime.settings.providers import ProviderRoute  # noqa: E402
 

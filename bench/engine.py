@@ -35,7 +35,7 @@ from typing import Any  # noqa: E402
 
 from firstgate.nodes.templates.jinja import render_jinja  # noqa: E402
 from firstgate.runtime import RunLimits, RunOptions, RunResources, load_workflow  # noqa: E402
-from firstgate.runtime import events as ev  # noqa: E402
+from firstgate.runtime.execution import events as ev  # noqa: E402
 
 from bench.chain_dsl import chain_document, fan_document, iteration_document  # noqa: E402
 from bench.common import header, line  # noqa: E402

@@ -1,4 +1,4 @@
-"""17. Resume latency of a human-input form: the form submitted -> the next
+"""18. Resume latency of a human-input form: the form submitted -> the next
 node's `node_started`, p50 / p99 (issue 23's targets: 50 ms in-process).
 
 In-process: the run paused at the form (its checkpoint in a SQLite store),
@@ -75,7 +75,7 @@ class _NoModels:
 
 
 def in_process(trials: int) -> None:
-    header(f"17. human-input resume latency, in-process, SQLite ({trials} trials)")
+    header(f"18. human-input resume latency, in-process, SQLite ({trials} trials)")
     workflow = load_workflow(document())
     with tempfile.TemporaryDirectory() as folder:
         store = open_store(str(Path(folder) / "state.db"))
@@ -153,7 +153,7 @@ def _follow(client: httpx.Client, run_id: str, ready: threading.Event, seen: lis
 
 
 def over_http(trials: int) -> None:
-    header(f"17. human-input resume latency over HTTP, firstgate serve, SQLite ({trials} trials)")
+    header(f"18. human-input resume latency over HTTP, firstgate serve, SQLite ({trials} trials)")
     with tempfile.TemporaryDirectory() as name:
         process, url = _serve(Path(name))
         client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)

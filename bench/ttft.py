@@ -17,8 +17,8 @@ import socket  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
-from firstgate.runtime import events as ev  # noqa: E402
 from firstgate.runtime import load_workflow  # noqa: E402
+from firstgate.runtime.execution import events as ev  # noqa: E402
 from firstgate.runtime.settings import RuntimeSettings  # noqa: E402
 from firstgate.runtime.settings.providers import ProviderRoute  # noqa: E402
 

@@ -95,6 +95,10 @@ class NodeSpec:
     # A trigger (webhook, schedule): a root that something outside starts, never
     # beside a start node, only in a workflow app.
     trigger: bool = False
+    # Whether running it twice is harmless. A run resumed after a crash runs its
+    # in-flight nodes again (at least once); one that says False (a POST request,
+    # a tool, code) fails the resumed run instead of repeating its effect.
+    repeatable: Callable[[Any], bool] = _repeatable
 
     def __post_init__(self) -> None:
         if self.role is Role.RESPONSE and self.template is None:

@@ -96,10 +96,10 @@ class Workflow:
     # prints them, the first run logs them.
     warnings: list[Any] = field(default_factory=list)
     warned: bool = field(default=False, repr=False, compare=False)
+    _root_graphs: dict[str, Graph] = field(default_factory=dict, repr=False, compare=False)
     # The hash of the app's graph and variables (what `workflow_id` is made from):
     # a checkpoint taken under another is refused.
     graph_hash: str = ""
-    _root_graphs: dict[str, Graph] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.templates:
@@ -282,7 +282,9 @@ class Workflow:
         checkpointer = None
         if store is not None:
             lease = _checkpoint_lease(options)
-            checkpointer = Checkpointer(store, owner=owner_token(), lease_seconds=lease)
+            # A resumed run goes on under the hold its claim took.
+            owner = record.owner if record is not None and record.owner else owner_token()
+            checkpointer = Checkpointer(store, owner=owner, lease_seconds=lease)
             if record is not None:
                 checkpointer.resumed(record)
         return WorkflowRun(
@@ -310,6 +312,7 @@ class Workflow:
         *,
         resolved: Mapping[str, Resolved] | None = None,
         settings: RuntimeSettings | None = None,
+        take_over: bool = False,
     ) -> WorkflowRun:
         """Go on with a run from its checkpoint: `source` is a run id (its latest
         checkpoint, read from the resources' store and taken there, so that one
@@ -322,7 +325,8 @@ class Workflow:
         own ids, inputs and query come from the checkpoint). Raises CheckpointError
         for a run with no checkpoint (finished, stopped, unknown), one taken under
         another graph (`graph_hash`), one another process holds, or a `resolved`
-        node that is not paused.
+        node that is not paused. `take_over`: the caller holds the run by other
+        means (serve's broker lease), so the store's holder is not asked.
         """
         options = options or RunOptions()
         resolved = dict(resolved or {})
@@ -332,7 +336,7 @@ class Workflow:
                 resources = owned.enter_context(RunResources.open(settings, loader=load_workflow))
             elif settings is not None:
                 raise TypeError("settings come with the resources: RunResources.open(settings)")
-            return self._resume(source, options, resources, resolved, owned)
+            return self._resume(source, options, resources, resolved, owned, take_over)
         except BaseException:
             owned.close()
             raise
@@ -344,6 +348,7 @@ class Workflow:
         resources: RunResources,
         resolved: dict[str, Resolved],
         owned: ExitStack,
+        take_over: bool,
     ) -> WorkflowRun:
         store = resources.store if options.recorded else None
         record: CheckpointRecord | None = None
@@ -371,6 +376,7 @@ class Workflow:
                 owner=owner_token(),
                 lease_seconds=_checkpoint_lease(options),
                 statuses=(PAUSED, RUNNING),
+                take_over=take_over,
             )
             if record is None:
                 raise CheckpointError("errors.checkpoint.busy", run=snapshot.run.workflow_run_id)
@@ -382,6 +388,7 @@ class Workflow:
             user_id=info.user_id,
             run_id=info.workflow_run_id,
             task_id=info.task_id,
+            root=snapshot.root,
         )
         seconds = options.limits.max_run_seconds
         lease = seconds + _LEASE_MARGIN_S if seconds else _UNLIMITED_LEASE_S
@@ -390,8 +397,9 @@ class Workflow:
         session.started_at = snapshot.started_at
         inputs = decode(snapshot.inputs)
         session.note_input_files(inputs)
-        resume = Resume(snapshot, resolved)
-        return self._engine(self.graph, inputs, options, resources, session, owned, resume, record)
+        resume = Resume(snapshot, resolved, parts_written=record is not None)
+        graph = self.graph_from(snapshot.root)
+        return self._engine(graph, inputs, options, resources, session, owned, resume, record)
 
 
 def _checkpoint_lease(options: RunOptions) -> float:

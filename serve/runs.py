@@ -16,26 +16,27 @@ early.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from firstgate.locales import t
+from firstgate.runtime.execution.checkpoint import PAUSED, RUNNING, CheckpointError
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.serve.apps import App
 from firstgate.serve.errors import ApiError, dump_json
 from firstgate.serve.launch import Launcher, RunRequest
-from firstgate.store.base import FormRecord
+from firstgate.store.base import FormRecord, Store
 
 log = logging.getLogger("firstgate.serve")
 
-PAUSED = "paused"  # `WorkflowRun.status` of a run that paused at a node
 # How long a finished run's events stay readable (a blocking caller, a late reader).
 KEEP_FINISHED_S = 300.0
 
@@ -262,6 +263,19 @@ def drain_run(
         on_end()
 
 
+def _give_up(store: Store, run_id: str, reason: str) -> None:
+    """An interrupted run that cannot be resumed ends `failed`, saying why."""
+    log.warning("run %s cannot be resumed: %s", run_id, reason)
+    known = store.run(run_id)
+    if known is not None and known.status in (RUNNING, PAUSED):
+        store.record_run(
+            dataclasses.replace(
+                known, status="failed", error=reason, finished_at=time.time(), nodes=(), files=()
+            )
+        )
+    store.delete_checkpoint(run_id)
+
+
 def _internal_error(run: WorkflowRun) -> dict[str, Any]:
     # What went wrong is in the log: an exception's words are no reply.
     return {
@@ -313,7 +327,7 @@ class RunManager(Runs):
     resumes_forms = True
 
     def resume_form(self, app: App, form: FormRecord) -> None:
-        run = self.launcher.resume(app, form)
+        run = self.launcher.resume_form(app, form)
         info = run.info
         with self._lock:
             task_id = self._by_run_id.get(info.workflow_run_id)
@@ -338,6 +352,49 @@ class RunManager(Runs):
         stream = handle.stream
         assert isinstance(stream, EventStream)
         self.executor.execute(run, stream, lambda: self._ended(handle))
+
+    def adopt(self, app: App, run: WorkflowRun, user: str) -> RunHandle:
+        """Execute an already started `run` here (one resumed from its checkpoint)."""
+        info = run.info
+        handle = RunHandle(
+            task_id=info.task_id,
+            workflow_run_id=info.workflow_run_id,
+            app_stem=app.stem,
+            app_id=info.app_id,
+            user=user,
+            chat=info.chat,
+            stream=EventStream(),
+            stop=run.abort,
+        )
+        with self._lock:
+            self._runs[handle.task_id] = handle
+            self._by_run_id[handle.workflow_run_id] = handle.task_id
+            self._active += 1
+        self.executor.execute(run, handle.stream, lambda: self._ended(handle))
+        return handle
+
+    def resume_interrupted(self, apps: Mapping[str, App]) -> list[str]:
+        """Runs that were running when this server last stopped (their checkpoint
+        says running and nobody holds it): resumed here from their checkpoint, or
+        ended `failed` with the reason when that cannot be (their app changed or
+        is gone). Paused runs wait for whoever resumes them. The ids resumed."""
+        store = self.launcher.store
+        by_app = {app.workflow.app_id: app for app in apps.values()}
+        resumed: list[str] = []
+        for record in store.checkpoints(RUNNING):
+            app = by_app.get(record.app_id)
+            try:
+                if app is None:
+                    raise CheckpointError("errors.checkpoint.appGone", run=record.run_id)
+                run = self.launcher.resume(app, record.run_id)
+            except (ApiError, CheckpointError) as error:
+                if error.message_key == "errors.checkpoint.busy":
+                    continue  # another process holds it (it is not an interrupted run)
+                _give_up(store, record.run_id, str(error))
+                continue
+            self.adopt(app, run, run.info.user_id)
+            resumed.append(record.run_id)
+        return resumed
 
     def _ended(self, handle: RunHandle) -> None:
         # Let the run go: a finished handle keeps its events, not the engine's

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from firstgate.locales import t
+from firstgate.runtime.execution.checkpoint import DEFAULT_BATCH_MS, Durability
 from firstgate.runtime.execution.limits import RunLimits
 from firstgate.runtime.execution.resources import RunResources
 from firstgate.runtime.settings import RuntimeSettings
@@ -77,6 +78,9 @@ class ServeConfig:
     form_sweep_s: float = DEFAULT_FORM_SWEEP_S
     # Dify's WEBHOOK_REQUEST_BODY_MAX_SIZE: the most a webhook call's body may carry.
     webhook_max_body: int = DEFAULT_MAX_BODY
+    # When runs' state reaches the store (`--durability`, `--durability-ms`).
+    durability: Durability = Durability.BATCHED
+    durability_ms: int = DEFAULT_BATCH_MS
 
 
 def raise_open_file_limit() -> None:
@@ -104,7 +108,9 @@ def open_resources(
         loader=load_workflow,
         max_connections=MAX_ROUTE_CONNECTIONS,
     )
-    launcher = Launcher(resources, FileLinks(), config.limits)
+    launcher = Launcher(
+        resources, FileLinks(), config.limits, config.durability, config.durability_ms
+    )
     try:
         if executes_runs:
             providers = {p for app in apps.apps.values() for p in app.workflow.llm_providers()}
@@ -144,7 +150,10 @@ def build_service(
     launcher = open_resources(config, apps, executes_runs=distributed is None)
     try:
         if distributed is None:
-            runs: Runs = RunManager(launcher)
+            manager = RunManager(launcher)
+            # Runs the last server was running when it stopped go on from their checkpoints.
+            manager.resume_interrupted(apps.apps)
+            runs: Runs = manager
         else:
             from firstgate.serve.distributed.remote_runs import connect
 

@@ -272,10 +272,16 @@ class Store(ABC):
         """Write a workflow-mode run (no conversation) in one transaction."""
 
     @abstractmethod
-    def save_checkpoint(self, checkpoint: CheckpointRecord, run: RunRecord | None = None) -> None:
+    def save_checkpoint(
+        self,
+        checkpoint: CheckpointRecord,
+        run: RunRecord | None = None,
+        nodes: Sequence[NodeExecutionRecord] = (),
+    ) -> None:
         """Write an unfinished run's checkpoint (replacing its last one; its `parts`
-        are added to those written before) and, with `run`, its run row and the
-        node executions in it, in one transaction."""
+        are added to those written before), with `run` its run row (and the node
+        executions in it), and `nodes`, in one transaction. Refused (StoreError)
+        when the run has ended or another writer holds its checkpoint."""
 
     @abstractmethod
     def checkpoint(self, run_id: str) -> CheckpointRecord | None: ...
@@ -286,11 +292,18 @@ class Store(ABC):
 
     @abstractmethod
     def claim_checkpoint(
-        self, run_id: str, *, owner: str, lease_seconds: float, statuses: Sequence[str]
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        lease_seconds: float,
+        statuses: Sequence[str],
+        take_over: bool = False,
     ) -> CheckpointRecord | None:
         """Take a run to resume it: its checkpoint when its status is one of
         `statuses` and nobody holds an unexpired lease on it (then it is `running`,
-        held by `owner`, its attempts counted); None otherwise. Atomic across processes."""
+        held by `owner`, its attempts counted); None otherwise. Atomic across processes.
+        `take_over`: whoever holds it now has lost it (a broker says so)."""
 
     @abstractmethod
     def delete_checkpoint(self, run_id: str) -> None: ...
@@ -376,6 +389,11 @@ class Store(ABC):
         """A page (from 1) of an app's workflow-mode runs, the newest first, without
         their node executions and files; and how many runs match in all. `keyword`
         is looked for, ignoring case, in the inputs, the outputs and the user."""
+
+    @abstractmethod
+    def recent_runs(self, *, status: str | None, limit: int) -> list[RunRecord]:
+        """The newest runs of every app (running and paused ones included), the
+        newest first, without their node executions and files."""
 
     @abstractmethod
     def users(self, app_id: str) -> set[str]:

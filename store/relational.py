@@ -56,11 +56,15 @@ from firstgate.store.base import (
 )
 
 _POLL_S = 0.05  # how often a waiting turn looks at a held lease
+# The statuses of a run that has not ended (its checkpoints write them).
+_UNFINISHED = frozenset({"running", "paused"})
 # A conversation's name when the caller did not give one: its first query, cut here.
 NAME_CHARS = 50
 
 
 class Cursor(Protocol):
+    rowcount: int
+
     def fetchone(self) -> Sequence[Any] | None: ...
     def fetchall(self) -> Sequence[Sequence[Any]]: ...
 
@@ -318,7 +322,12 @@ class RelationalStore(Store):
 
     def _insert_run(self, tx: Tx, run: RunRecord, conversation_id: str | None) -> None:
         """A run that ended: its record (over what its checkpoints wrote), and its
-        checkpoint goes."""
+        checkpoint goes. A run already recorded as ended stays as it was: a
+        process that lost its hold on the run (it hung past its lease and another
+        ended the run) changes nothing when it wakes."""
+        found = tx.execute("SELECT status FROM workflow_runs WHERE id = ?", (run.id,)).fetchone()
+        if found is not None and found[0] not in _UNFINISHED:
+            return
         self._write_run(tx, run, conversation_id)
         tx.execute("DELETE FROM run_checkpoint_parts WHERE run_id = ?", (run.id,))
         tx.execute("DELETE FROM run_checkpoints WHERE run_id = ?", (run.id,))
@@ -355,19 +364,7 @@ class RelationalStore(Store):
             ),
         )
         if run.nodes:
-            tx.executemany(
-                "INSERT INTO node_executions (id, workflow_run_id, idx, node_id, node_type, title, "
-                "predecessor_node_id, status, inputs, process_data, outputs, error, elapsed_time, "
-                "execution_metadata, created_at, finished_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET status = excluded.status, "
-                "inputs = excluded.inputs, process_data = excluded.process_data, "
-                "outputs = excluded.outputs, error = excluded.error, "
-                "elapsed_time = excluded.elapsed_time, "
-                "execution_metadata = excluded.execution_metadata, "
-                "finished_at = excluded.finished_at",
-                [_node_row(run.id, node) for node in run.nodes],
-            )
+            self._write_nodes(tx, run.id, run.nodes)
         if run.files:
             tx.executemany(
                 "INSERT INTO files (id, workflow_run_id, variable, belongs_to, filename, "
@@ -377,42 +374,92 @@ class RelationalStore(Store):
                 [_file_row(run.id, file) for file in run.files],
             )
 
+    def _write_nodes(self, tx: Tx, run_id: str, nodes: Sequence[NodeExecutionRecord]) -> None:
+        sql = (
+            "INSERT INTO node_executions (id, workflow_run_id, idx, node_id, node_type, title, "
+            "predecessor_node_id, status, inputs, process_data, outputs, error, elapsed_time, "
+            "execution_metadata, created_at, finished_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET status = excluded.status, "
+            "inputs = excluded.inputs, process_data = excluded.process_data, "
+            "outputs = excluded.outputs, error = excluded.error, "
+            "elapsed_time = excluded.elapsed_time, "
+            "execution_metadata = excluded.execution_metadata, "
+            "finished_at = excluded.finished_at"
+        )
+        if len(nodes) == 1:
+            tx.execute(sql, _node_row(run_id, nodes[0]))
+        else:
+            tx.executemany(sql, [_node_row(run_id, node) for node in nodes])
+
     # ---- checkpoints
 
-    def save_checkpoint(self, checkpoint: CheckpointRecord, run: RunRecord | None = None) -> None:
+    def save_checkpoint(
+        self,
+        checkpoint: CheckpointRecord,
+        run: RunRecord | None = None,
+        nodes: Sequence[NodeExecutionRecord] = (),
+    ) -> None:
         now = time.time()
         with self.db.transaction() as tx:
-            if run is not None:
-                self._write_run(tx, run, None)
-            tx.execute(
-                f"INSERT INTO run_checkpoints ({_CHECKPOINT_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, "
-                "version = excluded.version, position = excluded.position, "
-                "snapshot = excluded.snapshot, owner = excluded.owner, "
-                "lease_expires_at = excluded.lease_expires_at, updated_at = excluded.updated_at",
+            # The common case is one UPDATE: the row is there and held by this writer.
+            updated = tx.execute(
+                "UPDATE run_checkpoints SET status = ?, version = ?, position = ?, snapshot = ?, "
+                "owner = ?, lease_expires_at = ?, updated_at = ? "
+                "WHERE run_id = ? AND (owner IS NULL OR owner = ?)",
                 (
-                    checkpoint.run_id,
-                    checkpoint.app_id,
-                    checkpoint.workflow_id,
-                    checkpoint.graph_hash,
                     checkpoint.status,
                     checkpoint.version,
                     checkpoint.position,
                     checkpoint.snapshot,
                     checkpoint.owner,
                     checkpoint.lease_expires_at,
-                    checkpoint.attempts,
-                    checkpoint.created_at or now,
                     now,
+                    checkpoint.run_id,
+                    checkpoint.owner,
                 ),
-            )
-            if checkpoint.parts:
-                tx.executemany(
+            ).rowcount
+            if updated == 0:
+                self._first_checkpoint(tx, checkpoint, now)
+            for name, value in checkpoint.parts.items():
+                tx.execute(
                     "INSERT INTO run_checkpoint_parts (run_id, part, value) VALUES (?, ?, ?) "
                     "ON CONFLICT (run_id, part) DO UPDATE SET value = excluded.value",
-                    [(checkpoint.run_id, k, v) for k, v in checkpoint.parts.items()],
+                    (checkpoint.run_id, name, value),
                 )
+            if run is not None:
+                self._write_run(tx, run, None)
+            if nodes:
+                self._write_nodes(tx, checkpoint.run_id, nodes)
+
+    def _first_checkpoint(self, tx: Tx, checkpoint: CheckpointRecord, now: float) -> None:
+        """No checkpoint row this writer may update: the run's first, unless the run
+        has ended (someone else ended it: it stays ended) or another process holds
+        it now (the INSERT then conflicts, and this writer's checkpoint fails)."""
+        found = tx.execute(
+            "SELECT status FROM workflow_runs WHERE id = ?", (checkpoint.run_id,)
+        ).fetchone()
+        if found is not None and found[0] not in _UNFINISHED:
+            raise StoreError("errors.store.runEnded", run=checkpoint.run_id, status=found[0])
+        tx.execute(
+            f"INSERT INTO run_checkpoints ({_CHECKPOINT_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                checkpoint.run_id,
+                checkpoint.app_id,
+                checkpoint.workflow_id,
+                checkpoint.graph_hash,
+                checkpoint.status,
+                checkpoint.version,
+                checkpoint.position,
+                checkpoint.snapshot,
+                checkpoint.owner,
+                checkpoint.lease_expires_at,
+                checkpoint.attempts,
+                checkpoint.created_at or now,
+                now,
+            ),
+        )
 
     def checkpoint(self, run_id: str) -> CheckpointRecord | None:
         with self.db.read() as tx:
@@ -437,7 +484,13 @@ class RelationalStore(Store):
         return [CheckpointRecord(*row) for row in rows]
 
     def claim_checkpoint(
-        self, run_id: str, *, owner: str, lease_seconds: float, statuses: Sequence[str]
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        lease_seconds: float,
+        statuses: Sequence[str],
+        take_over: bool = False,
     ) -> CheckpointRecord | None:
         now = time.time()
         with self.db.transaction(leases=True) as tx:
@@ -448,7 +501,8 @@ class RelationalStore(Store):
                 return None
             found = CheckpointRecord(*row)
             held = (
-                found.owner is not None
+                not take_over
+                and found.owner is not None
                 and found.owner != owner
                 and (found.lease_expires_at or 0) > now
                 and not _owner_gone(found.owner)
@@ -558,6 +612,16 @@ class RelationalStore(Store):
                 (*params, limit, (page - 1) * limit),
             ).fetchall()
         return [_run(row, (), ()) for row in rows], int(total)
+
+    def recent_runs(self, *, status: str | None, limit: int) -> list[RunRecord]:
+        where, params = ("WHERE status = ?", [status]) if status else ("", [])
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT {_RUN_COLUMNS} FROM workflow_runs {where} "
+                "ORDER BY created_at DESC, id DESC LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+        return [_run(row, (), ()) for row in rows]
 
     def users(self, app_id: str) -> set[str]:
         with self.db.read() as tx:

@@ -6,11 +6,13 @@ real store, and prints each event with its position as one JSON line.
     python -m tests.checkpoint_child resume STORE DOC_JSON RUN_ID RESOLVED_JSON
 
 RESOLVED_JSON maps a paused node id to {"outputs": {...}, "handle": "..."}. A
-refused resume prints {"refused": message} and exits 3."""
+refused resume prints {"refused": message} and exits 3. CHECKPOINT_DURABILITY
+(node, batched, end: the default) is the run's durability."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from tests.fakes import pausing_node
@@ -26,7 +28,8 @@ def main(argv: list[str]) -> int:
     with open(doc_path, encoding="utf-8") as f:
         workflow = load_workflow(json.load(f))
     store = open_store(location)
-    options = RunOptions(durability=Durability(argv[5]) if len(argv) > 5 else Durability.END)
+    durability = Durability(os.environ.get("CHECKPOINT_DURABILITY", Durability.END.value))
+    options = RunOptions(durability=durability, durability_batch_ms=0)
     try:
         with RunResources.open(store=store, clients=_NoModels()) as resources:
             if verb == "run":

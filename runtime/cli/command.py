@@ -30,10 +30,11 @@ from firstgate.nodes.human_input import form as forms
 from firstgate.nodes.start import InputError
 from firstgate.runtime import human_input
 from firstgate.runtime.cli import human_input as hi_cli
+from firstgate.runtime.cli import runs
 from firstgate.runtime.cli.messages import render_error
 from firstgate.runtime.cli.terminal import HumanView, json_line
 from firstgate.runtime.execution import events as ev
-from firstgate.runtime.execution.checkpoint import CheckpointError
+from firstgate.runtime.execution.checkpoint import DEFAULT_BATCH_MS, CheckpointError, Durability
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.environment import EnvVarError, read_env_file
 from firstgate.runtime.execution.limits import (
@@ -101,6 +102,14 @@ def _parser(more_commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentP
     )
     run.add_argument("--json", action="store_true", help="Dify's streaming events, one per line")
     run.add_argument("--locale", help="language of messages (default: from LANG)")
+    run.add_argument(
+        "--durability",
+        choices=[d.value for d in Durability],
+        default=Durability.BATCHED.value,
+        help="when the run's state reaches the store: after every node, batched "
+        f"(at most every --durability-ms, default {DEFAULT_BATCH_MS}), or at the end only",
+    )
+    run.add_argument("--durability-ms", type=int, default=DEFAULT_BATCH_MS, metavar="MS")
     _add_limit_arguments(run)
     resume = commands.add_parser(
         "resume", help="answer a paused run's human-input form and let the run go on"
@@ -131,6 +140,7 @@ def _parser(more_commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentP
     index.add_argument("--index", metavar="PATH", help="the index file (default: from settings)")
     index.add_argument("--models", "--settings", metavar="SETTINGS.yaml")
     index.add_argument("--locale")
+    runs.add_parser(commands)
     for name, help_text in more_commands:
         commands.add_parser(name, help=f"{help_text} (see `firstgate {name} --help`)")
     return parser
@@ -227,6 +237,8 @@ def _start_run(args: argparse.Namespace, resources: RunResources) -> tuple[Workf
         files=args.file,
         env_file_values=env_file,
         limits=_limits(args),
+        durability=Durability(args.durability),
+        durability_batch_ms=args.durability_ms,
     )
     return workflow, workflow.run(parse_inputs(args.input), options, resources)
 
@@ -453,6 +465,8 @@ def main(
             return cmd_index(args, locale)
         if args.command == "resume":
             return cmd_resume(args, locale)
+        if args.command == "runs":
+            return runs.cmd_runs(args, locale)
         return cmd_run(args, locale)
     except BrokenPipeError:
         # The reader went away (`| head`): nothing more can be shown. Point stdout

@@ -35,10 +35,16 @@ from firstgate.common.files import File, FileType, TransferMethod
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.base import NodeNotice
 from firstgate.runtime.execution.events import RunInfo
-from firstgate.store.base import CheckpointRecord, RunRecord, Store
+from firstgate.store.base import CheckpointRecord, NodeExecutionRecord, RunRecord, Store
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 SNAPSHOT_VERSION = 1
+# The batched durability's period: a crash loses at most this much finished work,
+# progress shows this late, and a run shorter than this commits only at its end.
+DEFAULT_BATCH_MS = 200
+# How often a durable run's row (its status, steps, elapsed: its progress) is
+# rewritten; its node executions and its checkpoint go with every commit.
+PROGRESS_S = 0.2
 RUNNING = "running"
 PAUSED = "paused"
 _FILE_KEY = "__firstgate_file__"
@@ -150,6 +156,13 @@ class ExecutionState(_Model):
     created_at: int = 0
 
 
+class ReadyState(_Model):
+    """A node made ready by the last finished node, not started yet."""
+
+    node_id: str
+    predecessor: str | None = None
+
+
 class PausedState(_Model):
     """A node that paused the run (`nodes.base.Pause`): what it paused with."""
 
@@ -179,6 +192,7 @@ class FrameState(_Model):
     scheduler: dict[str, Any]
     streamer: dict[str, Any] | None = None
     chunk_target: dict[str, str | None] = Field(default_factory=dict)
+    ready: list[ReadyState] = Field(default_factory=list)
     running: list[ExecutionState] = Field(default_factory=list)
     paused: list[PausedState] = Field(default_factory=list)
     containers: list[ContainerState] = Field(default_factory=list)
@@ -219,6 +233,7 @@ class Snapshot(_Model):
     run: RunState
     inputs: dict[str, Any]
     query: str | None = None
+    root: str | None = None  # the node the run started at (a trigger's), when not the first
     started_at: float  # wall clock, when the run was first started
     position: int  # events the run has sent (the next one's position)
     report: dict[str, Any]
@@ -286,7 +301,9 @@ def check_graph(snapshot: Snapshot, graph_hash: str, name: str) -> None:
 class Checkpointer:
     """Writes one run's checkpoints to the store: the snapshot's head each time,
     each finished node's outputs once (a part), the node executions not yet
-    written, and the run's row (status `running` or `paused`)."""
+    written, and the run's row (status `running` or `paused`). The head is
+    plain data the engine made from its own state (it is validated, as a
+    `Snapshot`, where it is read back: `load`)."""
 
     def __init__(self, store: Store, *, owner: str | None, lease_seconds: float) -> None:
         self.store = store
@@ -304,40 +321,44 @@ class Checkpointer:
             p[len(_OUTPUTS_PART) :] for p in record.parts if p.startswith(_OUTPUTS_PART)
         }
 
-    def save(self, snapshot: Snapshot, run: RunRecord | None, *, final_outputs: set[str]) -> None:
-        """Write `snapshot`; `final_outputs` names the nodes whose outputs no longer
-        change (finished nodes: written once, as parts)."""
-        values = dict(snapshot.frame.values)
-        parts: dict[str, str] = {}
-        for node_id in final_outputs:
-            found = values.pop(node_id, None)
-            if found is None or node_id in self._written:
-                continue
-            parts[_OUTPUTS_PART + node_id] = json.dumps(found, ensure_ascii=False)
-        head = snapshot.model_copy(
-            update={"frame": snapshot.frame.model_copy(update={"values": values})}
-        )
-        status = snapshot.status
+    def save(
+        self,
+        info: RunInfo,
+        head: dict[str, Any],
+        parts: Mapping[str, Any],
+        run: RunRecord | None,
+        nodes: Sequence[NodeExecutionRecord],
+        *,
+        status: str,
+    ) -> None:
+        """Write one checkpoint: `head` (the snapshot's data without the finished
+        nodes' outputs), `parts` (node id -> outputs, of the nodes finished since
+        the last one), the run's row (`run`, when given) and the node executions
+        finished since the last one."""
         now = time.time()
         self._created_at = self._created_at or now
         held = status == RUNNING and self.owner is not None
         record = CheckpointRecord(
-            run_id=snapshot.run.workflow_run_id,
-            app_id=snapshot.run.app_id,
-            workflow_id=snapshot.run.workflow_id,
-            graph_hash=snapshot.graph_hash,
+            run_id=info.workflow_run_id,
+            app_id=info.app_id,
+            workflow_id=info.workflow_id,
+            graph_hash=str(head["graph_hash"]),
             status=status,
-            version=snapshot.version,
-            position=snapshot.position,
-            snapshot=head.model_dump_json(),
+            version=SNAPSHOT_VERSION,
+            position=int(head["position"]),
+            snapshot=json.dumps(head, ensure_ascii=False),
             owner=self.owner if held else None,
             lease_expires_at=now + self.lease_seconds if held else None,
             attempts=self.attempts,
             created_at=self._created_at,
-            parts=parts,
+            parts={
+                _OUTPUTS_PART + node: json.dumps(value, ensure_ascii=False)
+                for node, value in parts.items()
+                if node not in self._written
+            },
         )
-        self.store.save_checkpoint(record, run)
-        self._written.update(k[len(_OUTPUTS_PART) :] for k in parts)
+        self.store.save_checkpoint(record, run, nodes)
+        self._written.update(parts)
 
 
 def read(store: Store, run_id: str) -> tuple[Snapshot, CheckpointRecord]:

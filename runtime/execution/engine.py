@@ -66,7 +66,7 @@ from firstgate.runtime.execution.limits import (
 from firstgate.runtime.execution.resources import RunResources
 from firstgate.runtime.execution.response_stream import Piece, StreamPlan
 from firstgate.runtime.execution.run_report import RunReport
-from firstgate.runtime.execution.session import RunSession
+from firstgate.runtime.execution.session import RunSession, storable
 from firstgate.runtime.execution.variable_pool import VariablePool
 from firstgate.runtime.execution.worker_pool import WorkerPool
 
@@ -92,7 +92,7 @@ class WorkflowRun:
         graph_hash: str = "",
         checkpointer: cp.Checkpointer | None = None,
         durability: cp.Durability = cp.Durability.END,
-        batch_ms: int = 200,
+        batch_ms: int = cp.DEFAULT_BATCH_MS,
         resume: Resume | None = None,
     ) -> None:
         """`resources` are shared and never closed here; `owned` is what the run
@@ -144,7 +144,11 @@ class WorkflowRun:
         self._batch_s = max(0, batch_ms) / 1000.0
         self._last_save = 0.0
         self._saved_records = 0  # of the report's node records, those in the store
-        self._done_ids: set[str] = set()  # top-graph nodes whose outputs no longer change
+        # Finished top-graph nodes whose outputs are not in the store yet.
+        self._unwritten: list[str] = []
+        self._run_state: dict[str, Any] | None = None  # what every snapshot of the run repeats
+        self._row_at: float | None = None  # when the run's row was last written
+        self._row_behind = False  # a checkpoint went without the run's row
         self._resume = resume
         self._paused: list[tuple[Execution, Pause]] = []
         self.checkpoint: cp.Snapshot | None = None  # the latest one taken
@@ -217,6 +221,7 @@ class WorkflowRun:
         try:
             yield self.report.started() if self._resume is None else self.report.resumed()
             self._deadline = Deadline.after(self.limits.max_run_seconds)
+            self._last_save = time.monotonic()  # a batch's clock starts with the run
             try:
                 # Started here, in the caller's thread, so the server dies with its owner.
                 self.resources.start_local(self.providers)
@@ -231,6 +236,8 @@ class WorkflowRun:
                 yield from self._restart(self._resume)
             yield from self._pump()
             while self._in_flight and self._going:
+                if self._row_behind and self._inbox.empty():
+                    self._write(row=True)  # about to wait: the run's progress shows first
                 item = self._next()
                 if isinstance(item, Done):
                     yield from self._finish(item.execution, item.outcome)
@@ -275,13 +282,29 @@ class WorkflowRun:
             frame.active += 1
             self._in_flight[execution.id] = execution
             if node.spec.container is not None:
+                if frame.owner is None and self._unsafe_start(execution):
+                    return
                 yield from self._start_container(execution)
                 continue
             yield self.report.node_started(execution)
+            if frame.owner is None and self._unsafe_start(execution):
+                return
             if node.spec.inline and node.retries == 0:
                 self._inline.append(execution)
             else:
                 self._submit(execution)
+
+    def _unsafe_start(self, execution: Execution) -> bool:
+        """A node unsafe to repeat starts only once the store knows it is in flight
+        (so a resumed run fails it rather than run it again); True when that
+        could not be written (the run is failing)."""
+        if self._durability is cp.Durability.END or _repeatable(self.graph, execution.node.id):
+            return False
+        if self._write():
+            return False
+        self._in_flight.pop(execution.id, None)
+        execution.frame.active -= 1
+        return True
 
     def _round_start(self, frame: Frame, node: NodeDef) -> Iterator[ev.Event]:
         """A round's start node runs nothing and reports nothing: its edges are taken."""
@@ -404,10 +427,10 @@ class WorkflowRun:
             yield self.report.node_ended(execution, outcome)
         if node.spec.role is Role.RESPONSE and outcome.status is Status.SUCCEEDED:
             self.report.merge_response(outcome.outputs)
-        if frame.owner is None:
-            self._done_ids.add(node.id)
+        if frame.owner is None and self._checkpointer is not None:
+            self._unwritten.append(node.id)
             if self._durability is not cp.Durability.END:
-                self._boundary()
+                self._boundary(step.ready if frame.error is None else [], node.id)
         if step.ready and frame.error is None:
             yield from self._launch(frame, step.ready, node.id)
         self._left(frame)
@@ -506,22 +529,47 @@ class WorkflowRun:
 
     # ---- checkpoints: taken at node boundaries, written as durability says
 
-    def _boundary(self) -> None:
+    def _boundary(self, ready: list[str], predecessor: str | None) -> None:
         """A node of the top graph finished: its state is durable now (per node),
-        or with the next batch."""
+        or with the next batch; `ready` (the nodes it made ready) start after."""
         if self._durability is cp.Durability.BATCHED:
             now = time.monotonic()
             if now - self._last_save < self._batch_s:
                 return
             self._last_save = now
+        self._write(ready=[(n, predecessor) for n in ready])
+
+    def _write(
+        self,
+        after: int = 0,
+        ready: list[tuple[str, str | None]] | None = None,
+        *,
+        row: bool = False,
+    ) -> bool:
         try:
-            self._save(self.snapshot())
+            self._save(after, ready or [], row=row)
         except Exception as exc:  # noqa: BLE001 - a run that cannot be made durable fails
             self._stop(Stop(aborted=False, reason=str(exc), error=exc))
+            return False
+        return True
 
-    def snapshot(self, after: int = 0) -> cp.Snapshot:
-        """The run's state now, at a node boundary (the dispatcher's thread only);
-        `after` events will have gone out when it is read back."""
+    def snapshot(
+        self, after: int = 0, ready: list[tuple[str, str | None]] | None = None
+    ) -> cp.Snapshot:
+        """The run's whole state now, at a node boundary (the dispatcher's thread
+        only): `after` events will have gone out when it is read back; `ready`
+        are the nodes about to start (node, predecessor)."""
+        data = self._state(after, ready or [], every_value=True)
+        snapshot = cp.Snapshot.model_validate(data)
+        self.checkpoint = snapshot
+        return snapshot
+
+    def _state(
+        self, after: int, ready: list[tuple[str, str | None]], *, every_value: bool
+    ) -> dict[str, Any]:
+        """The snapshot as plain data. Without `every_value`, only the variables
+        that may still change (`sys`, `conversation`): finished nodes' outputs go
+        to the store once, as parts (`_save`)."""
         top = self._top
         running, containers = [], []
         for execution in self._in_flight.values():
@@ -532,61 +580,92 @@ class WorkflowRun:
             if container is None:
                 running.append(state)
                 continue
+            own = container.scope.own(execution.node.id) or {}
             containers.append(
-                cp.ContainerState(
-                    execution=state,
-                    kind=container.kind,
-                    rounds=container.rounds,
-                    round_index=container.rounds - 1 if container.rounds else None,
-                    variables=cp.encode(dict(container.scope.layer().get(execution.node.id, {}))),
-                )
+                {
+                    "execution": state,
+                    "kind": container.kind,
+                    "rounds": container.rounds,
+                    "round_index": container.rounds - 1 if container.rounds else None,
+                    "variables": cp.encode(own),
+                }
             )
-        values = {h: v for h, v in top.scope.layer().items() if h != "env"}  # env: never stored
-        frame = cp.FrameState(
-            values=cp.node_values(values),
-            scheduler=top.scheduler.saved(),
-            streamer=top.streamer.saved() if top.streamer is not None else None,
-            chunk_target=dict(top.chunk_target),
-            running=running,
-            paused=[
-                cp.PausedState(
-                    execution=_execution_state(e),
-                    payload=cp.encode(dict(p.payload)),
-                    reason=cp.encode(dict(p.reason)),
-                )
+        if every_value:
+            values = {h: v for h, v in top.scope.layer().items() if h != "env"}
+        else:  # env is never stored: a resumed run resolves it again
+            values = {h: top.scope.own(h) or {} for h in _CHANGING}
+        frame = {
+            "values": cp.node_values(values),
+            "scheduler": top.scheduler.saved(),
+            "streamer": top.streamer.saved() if top.streamer is not None else None,
+            "chunk_target": dict(top.chunk_target),
+            "ready": [{"node_id": n, "predecessor": p} for n, p in ready],
+            "running": running,
+            "paused": [
+                {
+                    "execution": _execution_state(e),
+                    "payload": cp.encode(p.payload),
+                    "reason": cp.encode(p.reason),
+                }
                 for e, p in self._paused
             ],
-            containers=containers,
-        )
-        snapshot = cp.Snapshot(
-            graph_hash=self.graph_hash,
-            run=cp.RunState.of(self.info),
-            inputs=cp.encode(self.inputs),
-            query=self.session.options.query,
-            started_at=self.session.started_at,
-            position=self.position + after,
-            report=cp.encode(self.report.state()),
-            frame=frame,
-        )
-        self.checkpoint = snapshot
-        return snapshot
+            "containers": containers,
+        }
+        if self._run_state is None:
+            self._run_state = {
+                "graph_hash": self.graph_hash,
+                "run": cp.RunState.of(self.info).model_dump(),
+                "inputs": cp.encode(self.inputs),
+                "query": self.session.options.query,
+                "root": self.session.options.root,
+                "started_at": self.session.started_at,
+            }
+        return {
+            "version": cp.SNAPSHOT_VERSION,
+            **self._run_state,
+            "position": self.position + after,
+            "report": cp.encode(self.report.state()),
+            "frame": frame,
+            "taken_at": time.time(),
+        }
 
-    def _save(self, snapshot: cp.Snapshot) -> None:
-        """Write `snapshot`, the node executions not written yet, the run's row."""
+    def _save(self, after: int, ready: list[tuple[str, str | None]], *, row: bool = False) -> None:
+        """Write the checkpoint: its head, the outputs of the nodes finished since
+        the last (parts), the node executions not written yet, the run's row."""
         if self._checkpointer is None:
             return
+        status = cp.PAUSED if self._paused and not self._in_flight else cp.RUNNING
+        head = self._state(after, ready, every_value=False)
+        scope = self._top.scope
+        parts = {n: cp.encode(scope.own(n) or {}) for n in self._unwritten}
         records = self.report.records
-        summary = self.report.progress(snapshot.status)
-        record = self.session.progress_record(summary, records[self._saved_records :])
-        self._checkpointer.save(snapshot, record, final_outputs=self._done_ids)
+        nodes: list[Any] = []
+        run = None
+        if not self.info.chat:  # a chat turn's run is written with its message, at its end
+            nodes = records[self._saved_records :]
+            now = time.monotonic()
+            # The run's row (its progress) at most every PROGRESS_S, and whenever the
+            # dispatcher is about to wait (`row`); its node executions each time.
+            due = self._row_at is None or now - self._row_at >= cp.PROGRESS_S
+            if row or due or status == cp.PAUSED:
+                run = self.session.progress_record(self.report.progress(status), ())
+                self._row_at = now
+            self._row_behind = run is None
+        try:
+            self._checkpointer.save(self.info, head, parts, run, nodes, status=status)
+        except Exception:  # noqa: BLE001 - text a store cannot hold: once more, made storable
+            again = [storable(n) for n in nodes]
+            self._checkpointer.save(self.info, head, parts, run, again, status=status)
         self._saved_records = len(records)
+        self._unwritten.clear()
 
     def _pause_run(self) -> Iterator[ev.Event]:
         """Nothing runs but paused nodes: write the checkpoint, send the nodes'
         own events, then `workflow_paused`. The run ends here; nothing of it waits."""
         notices = [(e, n) for e, p in self._paused for n in p.events]
         try:
-            self._save(self.snapshot(after=len(notices) + 1))
+            self.snapshot(after=len(notices) + 1)  # kept whole: `checkpoint`, without a store
+            self._save(len(notices) + 1, [])
         except Exception as exc:  # noqa: BLE001 - a pause that cannot be kept fails the run
             yield from self.report.ended(self.report.failed(exc), self.session.finish)
             return
@@ -602,14 +681,15 @@ class WorkflowRun:
         values = cp.restored_values(state.values)
         values["env"] = dict(self.session.environment)
         top.scope.restore_layer(values)
-        top.scheduler.restore(state.scheduler)
+        done = [h for h in values if h in top.graph.nodes]  # the nodes with outputs finished
+        top.scheduler.restore(state.scheduler, done)
         if top.streamer is not None and state.streamer is not None:
-            top.streamer.restore(state.streamer)
+            started = self.graph.start_id in values
+            top.streamer.restore(state.streamer, top.scheduler.taken_edges(), started)
         top.chunk_target.update(state.chunk_target)
         self.report.restore(cp.decode(snapshot.report))
-        self._done_ids = {
-            n for n, v in top.scheduler.saved()["nodes"].items() if v in ("done", "skipped")
-        }
+        if not resume.parts_written:  # a snapshot handed over whole: all of it goes
+            self._unwritten = [h for h in values if h in top.graph.nodes]
         again = cp.executions([*state.running, *(c.execution for c in state.containers)])
         unsafe = [item for item in again if not _repeatable(top.graph, item.node_id)]
         if unsafe:
@@ -627,6 +707,8 @@ class WorkflowRun:
                 top.streamer.on_retry(item.node_id)  # its unread text comes again
         for item in again:
             yield from self._relaunch(top, item)
+        for ready in state.ready:
+            yield from self._launch(top, [ready.node_id], ready.predecessor)
         for paused in state.paused:
             execution = self._revive(top, paused.execution)
             answer = resume.resolved.get(paused.execution.node_id)
@@ -693,6 +775,7 @@ class Resume:
 
     snapshot: cp.Snapshot
     resolved: Mapping[str, cp.Resolved] = dataclasses.field(default_factory=dict)
+    parts_written: bool = False  # read from the store: its nodes' outputs are there
 
 
 def _repeatable(graph: Graph, node_id: str) -> bool:
@@ -704,11 +787,15 @@ def _repeatable(graph: Graph, node_id: str) -> bool:
     return inner is None or all(_repeatable(inner, n) for n in inner.nodes)
 
 
-def _execution_state(execution: Execution) -> cp.ExecutionState:
-    return cp.ExecutionState(
-        id=execution.id,
-        node_id=execution.node.id,
-        index=execution.index,
-        predecessor=execution.predecessor,
-        created_at=execution.created_at,
-    )
+# The top scope's variables that change after they are first set.
+_CHANGING = ("sys", "conversation")
+
+
+def _execution_state(execution: Execution) -> dict[str, Any]:
+    return {
+        "id": execution.id,
+        "node_id": execution.node.id,
+        "index": execution.index,
+        "predecessor": execution.predecessor,
+        "created_at": execution.created_at,
+    }

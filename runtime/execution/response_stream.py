@@ -147,31 +147,31 @@ class ResponseStreamer:
     # ---- checkpoints
 
     def saved(self) -> dict[str, Any]:
-        """Where each stream is (what `restore` takes back): edges taken, what is
-        reached, the streams opened, waiting or not yet opened, and how far each
-        streamed output has been read."""
+        """Where each stream is (what `restore` takes back): the streams opened,
+        waiting or not yet opened, and how far each streamed output was read.
+        The edges taken and what they reach are the scheduler's to say."""
         return {
-            "taken": sorted(self._taken),
-            "reached": {k: sorted(v) for k, v in self._reached.items()},
-            "pending": sorted(self._pending),
+            "pending": list(self._pending),
             "active": None if self._active is None else [self._active.node_id, self._active.index],
             "waiting": [[s.node_id, s.index] for s in self._waiting],
             "streams": [
-                [list(selector), [list(c) for c in stream.chunks], stream.read, stream.closed]
+                [list(selector), stream.chunks, stream.read, stream.closed]
                 for selector, stream in self._streams.items()
+                if stream.chunks or stream.closed
             ],
             "sent": dict(self._sent),
         }
 
-    def restore(self, state: Mapping[str, Any]) -> None:
+    def restore(self, state: Mapping[str, Any], taken: Iterable[int], started: bool) -> None:
+        """The streams as `saved()` gave them; `taken`: the positions of the edges
+        taken; `started`: whether the start node has finished."""
         templates = self.plan.templates
 
         def session(entry: Sequence[Any]) -> _Session:
             node_id, index = str(entry[0]), int(entry[1])
             return _Session(node_id, templates[node_id], index)
 
-        self._taken = {int(i) for i in state["taken"]}
-        self._reached = {str(k): set(v) for k, v in state["reached"].items()}
+        self._taken = set(taken)
         self._pending = {n: _Session(n, templates[n]) for n in state["pending"]}
         self._active = None if state["active"] is None else session(state["active"])
         self._waiting = deque(session(e) for e in state["waiting"])
@@ -181,6 +181,12 @@ class ResponseStreamer:
                 stream.chunks = [(int(a), str(t)) for a, t in chunks]
                 stream.read, stream.closed = int(read), bool(closed)
         self._sent = {str(k): int(v) for k, v in state["sent"].items()}
+        # What each waiting response reaches: all that open ways lead to from the
+        # start (what the streamer worked out edge by edge, done again at once).
+        self._reached = {response_id: set() for response_id in templates}
+        if started:
+            for response_id in self._pending:
+                self._reach(response_id, self.graph.start_id)
 
     # ---- which streams may open
 

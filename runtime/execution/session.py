@@ -26,7 +26,7 @@ from firstgate.common.storable_text import mend
 from firstgate.nodes.base import ChatTurn
 from firstgate.nodes.start import coerce_files
 from firstgate.nodes.values import jsonable
-from firstgate.runtime.execution.checkpoint import Durability
+from firstgate.runtime.execution.checkpoint import DEFAULT_BATCH_MS, Durability
 from firstgate.runtime.execution.environment import EnvVar, resolve
 from firstgate.runtime.execution.events import CHAT_MODE, RunInfo
 from firstgate.runtime.execution.limits import RunLimits
@@ -112,10 +112,11 @@ class RunOptions:
     # part of its outer run's record).
     recorded: bool = True
     # When the run's state reaches the store (`runtime/execution/checkpoint.py`):
-    # at the end only (the default: a run costs what it did before checkpoints),
-    # after every node, or batched every `durability_batch_ms`.
-    durability: Durability = Durability.END
-    durability_batch_ms: int = 200
+    # batched (the default: at most one commit every `durability_batch_ms`, the
+    # first that long after the start, so a short run writes nothing before its
+    # end), after every node, or at the end only.
+    durability: Durability = Durability.BATCHED
+    durability_batch_ms: int = DEFAULT_BATCH_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +285,7 @@ class RunSession:
         self, summary: RunSummary, nodes: Sequence[NodeExecutionRecord]
     ) -> RunRecord:
         """The run's record while it runs or is paused (with these node executions)."""
-        return storable(dataclasses.replace(self._run_record(summary), nodes=list(nodes)))
+        return storable(dataclasses.replace(self._run_record(summary), nodes=list(nodes), files=[]))
 
     def _run_record(self, summary: RunSummary) -> RunRecord:
         redact = self.redactor.value

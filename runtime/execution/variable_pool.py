@@ -89,6 +89,11 @@ class VariablePool:
         with self._lock:
             return {head: dict(names) for head, names in self._values.items()}
 
+    def own(self, head: str) -> dict[str, Any] | None:
+        """What this layer itself holds under `head` (not its parents), as it is:
+        a checkpoint reads it on the dispatcher, where nothing writes meanwhile."""
+        return self._values.get(head)
+
     def restore_layer(self, values: Mapping[str, Mapping[str, Any]]) -> None:
         """This layer's values as `layer()` gave them (a run resumed from its checkpoint)."""
         with self._lock:

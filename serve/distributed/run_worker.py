@@ -19,6 +19,7 @@ from typing import Any
 from celery.exceptions import SecurityWarning
 from celery.signals import worker_ready
 from firstgate.locales import t
+from firstgate.runtime.execution.checkpoint import DEFAULT_BATCH_MS, Durability
 from firstgate.runtime.execution.limits import RunLimits
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.serve.apps import load_directory
@@ -38,6 +39,8 @@ def run_worker(
     settings: RuntimeSettings | None,
     concurrency: int,
     locale: str | None,
+    durability: Durability = Durability.BATCHED,
+    durability_ms: int = DEFAULT_BATCH_MS,
 ) -> int:
     apps = load_directory(apps_dir, os.environ, settings)
     report_apps(apps, locale)
@@ -52,6 +55,8 @@ def run_worker(
         limits=RunLimits(max_run_seconds=distributed.time_limit),
         distributed=distributed,
         locale=locale,
+        durability=durability,
+        durability_ms=durability_ms,
     )
     launcher = open_resources(config, apps)
     celery, runtime = build_worker(apps, launcher, distributed, locale)
