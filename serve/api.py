@@ -748,7 +748,8 @@ def workflow_reply(handle: RunHandle, events: list[dict[str, Any]]) -> dict[str,
 
 
 def chat_reply(handle: RunHandle, app: App, events: list[dict[str, Any]]) -> dict[str, Any]:
-    ended = _find(events, "message_end")
+    # A turn paused at a human-input node replies with the answer so far.
+    ended = _find(events, "message_end") or _find(events, "workflow_paused")
     if ended is None:
         failure = _find(events, "error") or {}
         raise ApiError(
