@@ -257,3 +257,54 @@ def test_a_deadline_that_passes_while_serve_runs_is_found_by_the_periodic_look(
                 names = [e["event"] for e in _frames(response)]
     assert "human_input_form_timeout" in names and names[-1] == "workflow_finished"
     assert record["outputs"] == {"outcome": "__timeout"}
+
+
+CHAT = """
+kind: app
+app: {mode: advanced-chat, name: Ask first}
+workflow:
+  graph:
+    nodes:
+    - {id: start, data: {type: start, title: Start, variables: []}}
+    - id: ask
+      data:
+        type: human-input
+        title: Ask
+        form_content: 'Q: {{#sys.query#}} {{#$output.note#}}'
+        inputs: [{type: paragraph, output_variable_name: note}]
+        user_actions: [{id: ok, title: OK}]
+    - {id: answer, data: {type: answer, title: Answer, answer: 'you said {{#ask.note#}}'}}
+    edges:
+    - {source: start, target: ask, sourceHandle: source}
+    - {source: ask, target: answer, sourceHandle: ok}
+"""
+
+
+def test_a_chat_turn_pauses_and_its_answer_comes_after_the_form(tmp_path: Path) -> None:
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "ask.yml").write_text(CHAT)
+    keys = {"ask": KEY}
+    with serve(tmp_path, NO_MODEL, apps=apps, keys=keys) as server, _client(server.url) as client:
+        blocking = client.post(
+            "/v1/chat-messages",
+            json={"inputs": {}, "query": "hello", "user": "ann", "response_mode": "blocking"},
+        )
+        assert blocking.status_code == 200, blocking.text
+        assert blocking.json()["answer"] == "" and blocking.json()["conversation_id"]
+        body = {"inputs": {}, "query": "again", "user": "ann", "response_mode": "streaming"}
+        with client.stream("POST", "/v1/chat-messages", json=body) as response:
+            events = list(_frames(response))
+        assert [e["event"] for e in events][-2:] == ["human_input_required", "workflow_paused"]
+        token = events[-2]["data"]["form_token"]
+        reply = client.post(
+            f"/v1/form/human_input/{token}",
+            json={"inputs": {"note": "fine"}, "action": "ok", "user": "ann"},
+        )
+        assert reply.status_code == 200, reply.text
+        run_id = events[-1]["data"]["workflow_run_id"]
+        query = {"user": "ann", "continue_on_pause": "true"}
+        with client.stream("GET", f"/v1/workflow/{run_id}/events", params=query) as response:
+            after = list(_frames(response))
+    answer = "".join(e.get("answer", "") for e in after if e["event"] == "message")
+    assert answer == "you said fine" and after[-1]["event"] == "message_end"
