@@ -161,6 +161,16 @@ class NodeContext:
     on_dispatcher: bool = False
 
 
+def system_outputs(ctx: NodeContext) -> dict[str, Any]:
+    """The run's `sys.*` values as outputs named `sys.<name>`: Dify's trigger nodes
+    copy them so (`sys.user_id`, `sys.app_id`, `sys.workflow_id`,
+    `sys.workflow_run_id`, `sys.files`), and the node's record shows them."""
+    system = ctx.variables.get(("sys",))
+    if not isinstance(system, Mapping):
+        return {}
+    return {f"sys.{name}": value for name, value in system.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class ChatTurn:
     """An earlier turn of the conversation (an LLM node's memory reads these)."""

@@ -99,6 +99,9 @@ class NodeSpec:
     # in-flight nodes again (at least once); one that says False (a POST request,
     # a tool, code) fails the resumed run instead of repeating its effect.
     repeatable: Callable[[Any], bool] = _repeatable
+    # How many nodes of this type one workflow may hold (None: any number);
+    # the loader refuses the first one past it.
+    most_per_workflow: int | None = None
 
     def __post_init__(self) -> None:
         if self.role is Role.RESPONSE and self.template is None:
@@ -112,5 +115,7 @@ class NodeSpec:
             raise TypeError(f"node {self.type!r}: a root declares what it accepts, and only a root")
         if self.trigger and self.role is not Role.ROOT:
             raise TypeError(f"node {self.type!r}: a trigger is a root")
+        if self.most_per_workflow is not None and self.most_per_workflow < 1:
+            raise TypeError(f"node {self.type!r}: most_per_workflow is at least 1")
         if self.run is _never_runs and self.role is not Role.ROUND_START:
             raise TypeError(f"node {self.type!r} declares no run")

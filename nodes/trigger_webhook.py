@@ -7,7 +7,8 @@ type, required headers, parameters and body fields, their declared types;
 form and query values converted from text), so a bad call is a 400 before
 a run is queued. The node then passes on what its configuration names:
 each header (its `-` as `_`), each query parameter, each body field (the
-whole text for `text/plain`), and `_webhook_raw`, the whole request.
+whole text for `text/plain`), `_webhook_raw`, the whole request, and the
+run's `sys.*` values as `sys.<name>` (as Dify's node does).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from firstgate.common.dsl import DslModel, shown
-from firstgate.nodes.base import NodeContext, NodeResult, Role
+from firstgate.nodes.base import NodeContext, NodeResult, Role, system_outputs
 from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.start import InputError
@@ -41,6 +42,8 @@ ValueType = Literal[
     "file",
 ]
 RAW_OUTPUT = "_webhook_raw"
+# Dify's `MAX_WEBHOOK_NODES_PER_WORKFLOW`: a sixth webhook trigger does not publish.
+MAX_PER_WORKFLOW = 5
 WHOLE_BODY_TYPES = ("text/plain", "application/octet-stream")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 _BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
@@ -269,6 +272,7 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
         else:
             outputs[field.name] = fields.get(field.name)
     outputs[RAW_OUTPUT] = request
+    outputs.update(system_outputs(ctx))
     return NodeResult(outputs=outputs, inputs=dict(ctx.inputs))
 
 
@@ -282,4 +286,5 @@ SPEC = NodeSpec(
     inline=True,
     accepts=accepts,
     trigger=True,
+    most_per_workflow=MAX_PER_WORKFLOW,
 )

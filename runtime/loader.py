@@ -149,6 +149,7 @@ class _Loader:
         self._containers(nodes)
         edges = self._edges(document.workflow.graph.edges, nodes)
         start_id = self._start(nodes, document.app.mode)
+        self._counted(nodes)
         roots = self._round_roots(nodes, edges)
         # Ancestry over every level: a container runs before its rounds' nodes.
         pairs = [(e.source, e.target) for e in edges] + list(roots.items())
@@ -418,6 +419,25 @@ class _Loader:
             )
         return roots[0].id
 
+    def _counted(self, nodes: dict[str, NodeDef]) -> None:
+        """Node types a workflow may hold only so many of (`NodeSpec.most_per_workflow`):
+        the first node past the limit is the problem, wherever it sits."""
+        seen: dict[str, int] = {}
+        for node in nodes.values():
+            limit = node.spec.most_per_workflow
+            if limit is None:
+                continue
+            seen[node.spec.type] = count = seen.get(node.spec.type, 0) + 1
+            if count == limit + 1:
+                total = sum(1 for n in nodes.values() if n.spec.type == node.spec.type)
+                self.problems.append(
+                    Problem(
+                        "dsl.graph.tooMany",
+                        {"type": node.spec.type, "count": total, "limit": limit},
+                        _ref(node),
+                    )
+                )
+
     def _selectors(
         self, graph: Graph, ancestry: Ancestry, env: dict[str, Any], conversation: set[str]
     ) -> None:
@@ -631,7 +651,10 @@ def _check_selector(
     conversation: set[str],
 ) -> Problem | None:
     text = ".".join(selector)
-    selector = start_sys_alias(selector, graph.start_id) or selector
+    # `[root, "sys.x"]` is `sys.x` for every root (each trigger starts runs of its own).
+    named = graph.nodes.get(selector[0])
+    root = named.id if named is not None and named.spec.role is Role.ROOT else graph.start_id
+    selector = start_sys_alias(selector, root) or selector
     head, name = selector[0], selector[1]
     if head == USER_INPUT:
         if name not in USER_INPUT_VARIABLES:

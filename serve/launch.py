@@ -36,7 +36,7 @@ from firstgate.serve import uploads
 from firstgate.serve.apps import App
 from firstgate.serve.errors import ApiError, invalid_param, not_found
 from firstgate.serve.file_links import FileLinks
-from firstgate.store.base import FormRecord, Store, StoreError
+from firstgate.store.base import TRIGGERED_APP_RUN, FormRecord, Store, StoreError
 
 
 def _new_id() -> str:
@@ -56,6 +56,8 @@ class RunRequest:
     base_url: str = ""
     # The trigger node the run starts at (a webhook's, a schedule's); None: the start node.
     root: str | None = None
+    # How it was started (`store.base`'s TRIGGERED_*): what its record and log say.
+    triggered_from: str = TRIGGERED_APP_RUN
     task_id: str = field(default_factory=_new_id)
     workflow_run_id: str = field(default_factory=_new_id)
 
@@ -115,6 +117,7 @@ class Launcher:
                 root=request.root,
                 durability=self.durability,
                 durability_batch_ms=self.durability_ms,
+                triggered_from=request.triggered_from,
             )
             return app.workflow.run(inputs, options, self.resources)
 

@@ -27,7 +27,14 @@ from firstgate.serve.errors import (
     not_found,
 )
 from firstgate.serve.file_links import preview_headers
-from firstgate.store.base import ConversationRecord, FeedbackRecord, RunRecord, Store, VariableValue
+from firstgate.store.base import (
+    TRIGGERED_APP_RUN,
+    ConversationRecord,
+    FeedbackRecord,
+    RunRecord,
+    Store,
+    VariableValue,
+)
 from pydantic import Field, field_validator, model_validator
 from werkzeug.wrappers import Request, Response
 
@@ -162,18 +169,27 @@ def _run_log(record: RunRecord) -> dict[str, Any]:
             "created_at": int(record.created_at),
             "finished_at": int(record.finished_at),
             "exceptions_count": record.exceptions_count,
-            "triggered_from": "app-run",
+            "triggered_from": record.triggered_from,
         },
+        "details": None,  # Dify fills it only for its console's detailed view
+        # Dify starts a triggered run as a Service API run too.
         "created_from": "service-api",
         "created_by_role": "end_user",
         "created_by_account": None,
-        "created_by_end_user": {
-            "id": end_user_id(record.app_id, record.user_id),
-            "type": "service_api",
-            "is_anonymous": False,
-            "session_id": record.user_id,
-        },
+        "created_by_end_user": _log_user(record),
         "created_at": int(record.created_at),
+    }
+
+
+def _log_user(record: RunRecord) -> dict[str, Any]:
+    """Who started the run: the API's user, or for a triggered run Dify's anonymous
+    end user of type `trigger` (nobody signed in called the webhook or ticked)."""
+    triggered = record.triggered_from != TRIGGERED_APP_RUN
+    return {
+        "id": end_user_id(record.app_id, record.user_id),
+        "type": "trigger" if triggered else "service_api",
+        "is_anonymous": triggered,
+        "session_id": record.user_id,
     }
 
 

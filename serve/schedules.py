@@ -31,6 +31,7 @@ from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.errors import ApiError
 from firstgate.serve.launch import RunRequest
 from firstgate.serve.runs import Runs
+from firstgate.store.base import TRIGGERED_SCHEDULE
 
 log = logging.getLogger("firstgate.serve")
 
@@ -125,6 +126,7 @@ class Scheduler:
             user=SCHEDULE_USER,
             base_url=self.base_url(),
             root=plan.node.id,
+            triggered_from=TRIGGERED_SCHEDULE,
         )
         try:
             self.runs.start(plan.app, request)

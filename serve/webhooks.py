@@ -38,6 +38,7 @@ from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.errors import ApiError, dump_json
 from firstgate.serve.launch import RunRequest
 from firstgate.serve.runs import Runs
+from firstgate.store.base import TRIGGERED_WEBHOOK
 from werkzeug.datastructures import Headers
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
@@ -246,6 +247,7 @@ def handle(
         user=WEBHOOK_USER,
         base_url=base_url,
         root=hook.node.id,
+        triggered_from=TRIGGERED_WEBHOOK,
     )
     try:
         runs.start(hook.app, run)

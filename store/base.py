@@ -21,6 +21,12 @@ from firstgate.locales.localized_error import LocalizedError
 
 # Message status, as Dify names it: a turn that failed or was stopped keeps its
 # message (with what was streamed) but is left out of the conversation's memory.
+# How a run was started, in Dify's words (its `WorkflowRunTriggeredFrom`): a
+# Service API call or the command line, a webhook call, a schedule's tick.
+TRIGGERED_APP_RUN = "app-run"
+TRIGGERED_WEBHOOK = "webhook"
+TRIGGERED_SCHEDULE = "schedule"
+TRIGGERED_FROM = (TRIGGERED_APP_RUN, TRIGGERED_WEBHOOK, TRIGGERED_SCHEDULE)
 MESSAGE_NORMAL = "normal"
 MESSAGE_ERROR = "error"
 MESSAGE_STOPPED = "stopped"
@@ -92,6 +98,7 @@ class RunRecord:
     finished_at: float
     nodes: Sequence[NodeExecutionRecord] = ()
     files: Sequence[FileRecord] = ()
+    triggered_from: str = TRIGGERED_APP_RUN
 
 
 @dataclass(frozen=True, slots=True)

@@ -337,8 +337,8 @@ class RelationalStore(Store):
         tx.execute(
             "INSERT INTO workflow_runs (id, app_id, workflow_id, mode, user_id, conversation_id, "
             "status, inputs, outputs, error, elapsed_time, total_tokens, total_steps, "
-            "exceptions_count, created_at, finished_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "exceptions_count, created_at, finished_at, triggered_from) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET conversation_id = excluded.conversation_id, "
             "status = excluded.status, outputs = excluded.outputs, error = excluded.error, "
             "elapsed_time = excluded.elapsed_time, total_tokens = excluded.total_tokens, "
@@ -361,6 +361,7 @@ class RelationalStore(Store):
                 run.exceptions_count,
                 run.created_at,
                 run.finished_at,
+                run.triggered_from,
             ),
         )
         if run.nodes:
@@ -980,7 +981,7 @@ _CONVERSATION_COLUMNS = (
 )
 _RUN_COLUMNS = (
     "id, app_id, workflow_id, mode, user_id, status, inputs, outputs, error, elapsed_time, "
-    "total_tokens, total_steps, exceptions_count, created_at, finished_at"
+    "total_tokens, total_steps, exceptions_count, created_at, finished_at, triggered_from"
 )
 _FEEDBACK_COLUMNS = (
     "message_id, app_id, conversation_id, user_id, rating, content, created_at, updated_at"
@@ -1017,6 +1018,7 @@ def _run(
         finished_at=row[14],
         nodes=nodes,
         files=files,
+        triggered_from=row[15],
     )
 
 

@@ -127,7 +127,11 @@ _TEMPLATES: tuple[str, ...] = (
     );
     CREATE INDEX message_feedbacks_app ON message_feedbacks(app_id, updated_at);
     """,
-    # 4: runs that live on their own: each unfinished run's latest checkpoint
+    # 4: how each run was started (Dify's `triggered_from`: app-run, webhook, schedule).
+    """
+    ALTER TABLE workflow_runs ADD COLUMN triggered_from TEXT NOT NULL DEFAULT 'app-run';
+    """,
+    # 5: runs that live on their own: each unfinished run's latest checkpoint
     # (`runtime/execution/checkpoint.py`'s snapshot, as JSON text) and who holds it.
     """
     CREATE TABLE run_checkpoints (
@@ -153,7 +157,7 @@ _TEMPLATES: tuple[str, ...] = (
         PRIMARY KEY (run_id, part)
     );
     """,
-    # 5: human-input forms a paused run waits on (`GET`/`POST /form/human_input/{token}`).
+    # 6: human-input forms a paused run waits on (`GET`/`POST /form/human_input/{token}`).
     """
     CREATE TABLE human_input_forms (
         id TEXT PRIMARY KEY,

@@ -5,7 +5,8 @@ and `visual_config` with `on_minute`, a 12-hour `time`, `weekdays`,
 `monthly_days` with `last`), always with a `timezone`; both become one cron
 expression (`cron_text`, as Dify's `visual_to_cron`), checked when the
 workflow loads. `serve` runs the schedule (`serve/schedules.py`); a run has
-no inputs and the node passes nothing on (Dify's schedule runs have none).
+no inputs and the node passes on the run's `sys.*` values as `sys.<name>`
+(as Dify's node does).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from firstgate.common.dsl import DslModel, dsl_error, shown
-from firstgate.nodes.base import NodeContext, NodeResult, Role
+from firstgate.nodes.base import NodeContext, NodeResult, Role, system_outputs
 from firstgate.nodes.config import BaseNodeData
 from firstgate.nodes.spec import NodeSpec
 from firstgate.nodes.start import InputError
@@ -134,7 +135,10 @@ def accepts(
 
 
 def run(data: Data, ctx: NodeContext) -> NodeResult:
-    return NodeResult(outputs=dict(ctx.inputs), inputs=dict(ctx.inputs))
+    # Dify's node passes on its inputs and the run's `sys.*` values, in both its
+    # inputs and its outputs.
+    inputs = {**ctx.inputs, **system_outputs(ctx)}
+    return NodeResult(outputs=dict(inputs), inputs=inputs)
 
 
 SPEC = NodeSpec(

@@ -35,6 +35,7 @@ from firstgate.store.base import (
     MESSAGE_ERROR,
     MESSAGE_NORMAL,
     MESSAGE_STOPPED,
+    TRIGGERED_APP_RUN,
     FileRecord,
     MessageRecord,
     NodeExecutionRecord,
@@ -117,6 +118,8 @@ class RunOptions:
     # end), after every node, or at the end only.
     durability: Durability = Durability.BATCHED
     durability_batch_ms: int = DEFAULT_BATCH_MS
+    # How it was started, as its record says (`store.base`'s TRIGGERED_*).
+    triggered_from: str = TRIGGERED_APP_RUN
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +310,7 @@ class RunSession:
             finished_at=time.time(),
             nodes=list(summary.nodes),
             files=[_file_record(name, f) for name, f in self.files],
+            triggered_from=self.options.triggered_from,
         )
 
 

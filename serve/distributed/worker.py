@@ -47,8 +47,8 @@ from firstgate.serve.distributed.settings import DistributedSettings, reachable,
 from firstgate.serve.errors import ApiError, not_found
 from firstgate.serve.launch import Launcher, RunRequest
 from firstgate.serve.runs import drain_run
-from firstgate.store.base import RunRecord
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from firstgate.store.base import TRIGGERED_APP_RUN, TRIGGERED_FROM, RunRecord
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 log = logging.getLogger("firstgate.worker")
 
@@ -70,6 +70,15 @@ class QueuedRun(BaseModel):
     conversation_id: str | None = Field(default=None, max_length=100)
     base_url: str = Field(default="", max_length=2000)
     root: str | None = Field(default=None, max_length=200)
+    triggered_from: str = TRIGGERED_APP_RUN
+
+    @field_validator("triggered_from")
+    @classmethod
+    def _known_trigger(cls, value: str) -> str:
+        if value not in TRIGGERED_FROM:
+            raise ValueError(f"triggered_from is one of {', '.join(TRIGGERED_FROM)}")
+        return value
+
     task_id: str = Field(min_length=1, max_length=100)
     workflow_run_id: str = Field(min_length=1, max_length=100)
 
@@ -237,6 +246,7 @@ class WorkerRuntime:
                     exceptions_count=0,
                     created_at=float(info.created_at),
                     finished_at=now,
+                    triggered_from=request.triggered_from,
                 )
             )
         sink.end()

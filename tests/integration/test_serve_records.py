@@ -80,6 +80,8 @@ def test_workflow_logs_filter_by_status_keyword_time_and_page(server: Server) ->
         assert entry["workflow_run"]["status"] == "succeeded"
         assert entry["created_by_end_user"]["session_id"] == "logger"
         assert entry["created_from"] == "service-api"
+        assert entry["workflow_run"]["triggered_from"] == "app-run"
+        assert entry["created_by_end_user"]["type"] == "service_api"
         # Case is ignored, as Dify's ILIKE ignores it.
         assert (
             http.get("/v1/workflows/logs", params={"keyword": marker.upper()}).json()["total"] == 3

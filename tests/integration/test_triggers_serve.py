@@ -174,6 +174,32 @@ def test_a_webhook_call_starts_a_run_and_gets_the_configured_reply(server: Serve
     assert record["outputs"]["raw"]["query_params"] == {"attempt": 3}
 
 
+def log_entries(server: Server, app: str) -> list[dict]:
+    with client(server, app) as api:
+        return api.get("/v1/workflows/logs", params={"limit": 100}).json()["data"]
+
+
+def test_the_log_says_how_each_run_was_started(server: Server) -> None:
+    with client(server) as caller:
+        reply = caller.post(
+            f"/triggers/webhook/{DIFY_ID}", json={"event": "paid", "amount": 1}, headers=HEADERS
+        )
+        assert reply.status_code == 202
+    wait_for_runs(server, "orders", 1)
+    wait_for_runs(server, "tick", 1)
+    hooked, ticked = log_entries(server, "orders")[0], log_entries(server, "tick")[0]
+    # Dify's `WorkflowRunTriggeredFrom` values; a triggered run is a Service API run
+    # of an anonymous end user of type `trigger`.
+    assert hooked["workflow_run"]["triggered_from"] == "webhook"
+    assert ticked["workflow_run"]["triggered_from"] == "schedule"
+    for entry, user in ((hooked, "trigger-webhook"), (ticked, "trigger-schedule")):
+        assert entry["created_from"] == "service-api" and entry["details"] is None
+        assert entry["created_by_role"] == "end_user"
+        assert entry["created_by_end_user"]["type"] == "trigger"
+        assert entry["created_by_end_user"]["is_anonymous"] is True
+        assert entry["created_by_end_user"]["session_id"] == user
+
+
 def test_a_webhook_without_difys_id_has_one_derived_from_the_key(server: Server) -> None:
     line = next(x for x in server.output().splitlines() if "Bare hook" in x and "/triggers/" in x)
     path = line.rsplit(" ", 1)[1]

@@ -55,6 +55,12 @@ def test_only_a_round_start_may_leave_out_run() -> None:
         round_start.SPEC.run(None, None)  # type: ignore[arg-type]
 
 
+def test_a_limit_per_workflow_is_at_least_one() -> None:
+    with pytest.raises(TypeError, match="most_per_workflow"):
+        NodeSpec(type="x", data_model=Data, run=run, most_per_workflow=0)
+    assert NodeSpec(type="x", data_model=Data, run=run, most_per_workflow=1).most_per_workflow == 1
+
+
 def test_the_defaults() -> None:
     spec = NodeSpec(type="x", data_model=Data, run=run)
     data = Data.model_validate({"type": "x"})
@@ -65,6 +71,7 @@ def test_the_defaults() -> None:
     assert spec.selectors(data) == [] and spec.output_names(data) == set()
     assert spec.needs(data).model_providers == frozenset()
     assert spec.template is None and spec.default_handles is None and spec.container is None
+    assert spec.most_per_workflow is None
 
 
 def test_the_registry_is_every_node_modules_spec_by_type_and_alias() -> None:

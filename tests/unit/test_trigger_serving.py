@@ -7,10 +7,14 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import pytest
 from firstgate.serve.apps import load_directory
+from firstgate.serve.distributed.worker import QueuedRun
+from firstgate.serve.launch import RunRequest
 from firstgate.serve.runs import Runs
 from firstgate.serve.schedules import Scheduler, schedules
 from firstgate.serve.webhooks import webhooks
+from pydantic import ValidationError
 
 from tests.integration.test_triggers_serve import BARE_APP, CORPUS, DIFY_ID, TICK_APP
 
@@ -107,3 +111,12 @@ def test_a_tick_fires_once_and_starts_from_its_schedule_node(tmp_path: Path) -> 
     assert runs.started == [("tick", "tick")]
     runs.drain(0, "stop")
     assert not scheduler.fire(plan, plan.next_after(tick))
+
+
+def test_a_queued_run_says_how_it_was_started_in_difys_words() -> None:
+    request = RunRequest(app_stem="tick", inputs={}, user="u", triggered_from="schedule")
+    assert QueuedRun.model_validate(request.to_dict()).triggered_from == "schedule"
+    assert QueuedRun.model_validate({**request.to_dict(), "triggered_from": "webhook"})
+    # A message the worker did not expect is refused (a poison message), not recorded.
+    with pytest.raises(ValidationError):
+        QueuedRun.model_validate({**request.to_dict(), "triggered_from": "debugging"})

@@ -319,3 +319,103 @@ def test_a_run_from_one_trigger_runs_only_what_it_reaches() -> None:
     assert caught.value.message_key == "dsl.input.noRoot"
     with pytest.raises(InputError):
         reports.run({"x": 1}, RunOptions(root="1764591000001"))  # a schedule takes no inputs
+
+
+def hooks(count: int) -> list[dict[str, Any]]:
+    return [
+        {"id": f"hook{i}", "data": {"type": "trigger-webhook", "title": f"Hook {i}"}}
+        for i in range(1, count + 1)
+    ]
+
+
+def test_a_workflow_holds_at_most_five_webhook_triggers() -> None:
+    assert [n.id for n in load_workflow(workflow(hooks(5))).roots] == [
+        f"hook{i}" for i in range(1, 6)
+    ]
+    with pytest.raises(DslError) as caught:
+        load_workflow(workflow(hooks(7)))
+    (problem,) = caught.value.problems  # one problem, at the first one too many
+    assert problem.message_key == "dsl.graph.tooMany" and problem.node.id == "hook6"
+    assert problem.params == {"type": "trigger-webhook", "count": 7, "limit": 5}
+    assert "7" in problem.render("de-DE") and "5" in problem.render("ja-JP")
+    # Schedules have no such limit (Dify counts webhook and plugin triggers).
+    many = [
+        {"id": f"tick{i}", "data": {"type": "trigger-schedule", "frequency": "hourly"}}
+        for i in range(8)
+    ]
+    assert len(load_workflow(workflow(many)).roots) == 8
+
+
+def test_the_limit_names_its_line_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "hooks.yml"
+    nodes = "".join(
+        f"    - id: hook{i}\n      data: {{type: trigger-webhook, title: Hook {i}}}\n"
+        for i in range(1, 7)
+    )
+    path.write_text(
+        "app: {mode: workflow, name: t}\nkind: app\nversion: 0.5.0\n"
+        f"workflow:\n  graph:\n    edges: []\n    nodes:\n{nodes}"
+    )
+    with pytest.raises(DslError) as caught:
+        load_workflow(path)
+    (problem,) = caught.value.problems
+    assert problem.place is not None and problem.place.line == 8 + 2 * 5
+
+
+SYS_NAMES = {"sys.files", "sys.user_id", "sys.app_id", "sys.workflow_id", "sys.workflow_run_id"}
+
+
+def test_trigger_nodes_pass_on_the_runs_system_variables() -> None:
+    hooked = load_workflow(CORPUS / "trigger_webhook_workflow.yml")
+    raw = request(
+        headers={"Content-Type": "application/json", "X-Shop-Signature": "s"},
+        body={"event": "paid", "amount": 1, "tags": []},
+    )
+    options = RunOptions(user_id="caller-7", run_id="run-hooked")
+    events = [e.to_dict() for e in hooked.run(raw, options)]
+    node = next(e for e in events if e["event"] == "node_finished")["data"]
+    outputs = node["outputs"]
+    assert SYS_NAMES <= set(outputs) and not any(
+        k.startswith("sys.") and k not in SYS_NAMES for k in outputs
+    )
+    assert outputs["sys.workflow_run_id"] == "run-hooked"
+    assert outputs["sys.user_id"] == "caller-7"
+    assert outputs["sys.app_id"] == hooked.app_id
+    assert outputs["sys.workflow_id"] == hooked.workflow_id
+    assert outputs["sys.files"] == [] and outputs["event"] == "paid"
+
+    reports = load_workflow(CORPUS / "trigger_schedule_workflow.yml")
+    root = "1764591000002"
+    events = [e.to_dict() for e in reports.run({}, RunOptions(root=root, run_id="run-ticked"))]
+    node = next(e for e in events if e["event"] == "node_finished")["data"]
+    assert node["node_id"] == root
+    # Dify's schedule node shows them as its inputs and its outputs.
+    assert set(node["outputs"]) == SYS_NAMES == set(node["inputs"])
+    assert node["outputs"]["sys.workflow_run_id"] == "run-ticked"
+
+
+def test_every_trigger_names_the_system_variables_through_itself() -> None:
+    # The older `[node, "sys.x"]` form, through the second trigger too: each
+    # trigger starts runs of its own.
+    nodes = [
+        {"id": "a", "data": {"type": "trigger-schedule", "frequency": "hourly"}},
+        {"id": "b", "data": {"type": "trigger-schedule", "frequency": "daily"}},
+        {
+            "id": "end",
+            "data": {
+                "type": "end",
+                "outputs": [
+                    {"variable": "run", "value_selector": ["b", "sys.workflow_run_id"]},
+                    {"variable": "user", "value_selector": ["a", "sys.user_id"]},
+                ],
+            },
+        },
+    ]
+    edges = [
+        {"id": "e1", "source": "a", "target": "end"},
+        {"id": "e2", "source": "b", "target": "end"},
+    ]
+    loaded = load_workflow(workflow(nodes, edges=edges))
+    events = [e.to_dict() for e in loaded.run({}, RunOptions(root="b", run_id="run-b"))]
+    assert events[-1]["data"]["status"] == "succeeded", events[-1]
+    assert events[-1]["data"]["outputs"]["run"] == "run-b"
