@@ -28,12 +28,19 @@ $(LLAMA_WHEEL):
 SDKS := $(VENV)/sdks
 SDK_PINS := dify-client==0.1.10 dify-client-python==1.0.3
 
+# The tracing tests' OTLP backend, Arize Phoenix, pinned, in a virtual
+# environment of its own (its dependencies are not the project's).
+PHOENIX_PIN := arize-phoenix==20.26.1
+PHOENIX_VENV := $(VENV)/phoenix
+
 $(STAMP): pyproject.toml setup.py $(LLAMA_WHEEL)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --find-links $(WHEELS) -e '.[test,local]'
 	for pin in $(SDK_PINS); do \
 		$(BIN)/pip install --quiet --target "$(SDKS)/$$(echo $$pin | sed 's/==/-/')" "$$pin" || exit 1; \
 	done
+	$(PY) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/pip install --quiet '$(PHOENIX_PIN)'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -50,7 +57,7 @@ test-threads: model
 test-gevent: model
 	FIRSTGATE_GEVENT=1 $(BIN)/python tests/run_gevent.py -q tests/integration
 
-# Debian packages the tests use (Node.js, PostgreSQL); quick when installed.
+# Debian packages the tests use (Node.js, PostgreSQL, Chromium, Redis, Prometheus); quick when installed.
 system-packages:
 	bash .ci/system-packages
 

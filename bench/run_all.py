@@ -34,6 +34,7 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.protocols", ["--frames=100000", "--rounds=3", "--trials=30"], True),
     ("bench.checkpoint", ["--repeat=3", "--resumes=200", "--stops=100"], False),
     ("bench.human_input", ["--trials=200", "--http-trials=50"], False),
+    ("bench.telemetry", ["--rounds=7"], True),
 ]
 QUICK = {
     "bench.deadline": ["--trials=10"],
@@ -54,6 +55,7 @@ QUICK = {
     "bench.protocols": ["--frames=20000", "--rounds=1", "--trials=10"],
     "bench.checkpoint": ["--repeat=1", "--resumes=20", "--stops=20"],
     "bench.human_input": ["--trials=20", "--http-trials=5"],
+    "bench.telemetry": ["--rounds=2", "--nodes=200"],
 }
 
 

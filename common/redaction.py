@@ -232,3 +232,13 @@ def redact_url(url: str, *, user: bool = True) -> str:
         return url
     userinfo = f"{username or ''}:{MASK}" if user else MASK
     return urlunsplit(parts._replace(netloc=f"{userinfo}@{_host_port(parts)}"))
+
+
+def has_credentials(url: str) -> bool:
+    """Whether `url` carries `user:password@` (or a user alone, where a key may
+    travel): an operator's endpoint that does is refused, never stripped."""
+    try:
+        parts = urlsplit(url)
+        return parts.username is not None or parts.password is not None
+    except ValueError:
+        return False

@@ -44,6 +44,7 @@ import httpx
 from firstgate.common.cancel import Cancellable
 from firstgate.common.redaction import safe_url
 from firstgate.common.socket_scope import ScopedBackend, shutdown
+from firstgate.common.telemetry import client_span, with_traceparent
 from firstgate.connectors.errors import (
     ConnectorError,
     HttpTimeoutError,
@@ -337,9 +338,19 @@ class GuardedHttp:
             )
         call = _Call(timeouts.total)
         token = _CALL.set(call)
+        span = client_span(
+            f"HTTP {spec.method.upper()}",
+            {"http.request.method": spec.method.upper(), "url.full": safe_url(spec.url)},
+        )
         try:
-            with cancel.attached(call.cancel) if cancel is not None else contextlib.nullcontext():
-                return self._send(spec, timeouts, verify, call)
+            with (
+                span as traced,
+                cancel.attached(call.cancel) if cancel is not None else contextlib.nullcontext(),
+            ):
+                reply = self._send(spec, timeouts, verify, call)
+                if traced is not None:
+                    traced.set_attribute("http.response.status_code", reply.status_code)
+                return reply
         except ConnectorError:
             raise
         except httpx.TooManyRedirects:
@@ -375,7 +386,7 @@ class GuardedHttp:
         with client.stream(
             spec.method.upper(),
             spec.url,
-            headers=spec.headers,
+            headers=with_traceparent(spec.headers),
             params=spec.params,
             content=spec.content,
             data=spec.data,

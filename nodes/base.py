@@ -159,6 +159,9 @@ class NodeContext:
     # Runs on the engine's dispatcher, not a worker: it must not block (raise
     # `NeedsWorker` to be run on a worker instead).
     on_dispatcher: bool = False
+    # The tracing context the attempt runs in (its node's span; opaque here, None
+    # when tracing is off): the engine makes it current around `run`.
+    trace: Any = None
 
 
 def system_outputs(ctx: NodeContext) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from firstgate.common.redaction import MIN_SECRET_CHARS, Redactor, ServerText
+from firstgate.common.telemetry import with_traceparent
 
 from . import errors
 from .budgets import GateBudgets
@@ -203,7 +204,8 @@ class LLMClient:
 
     def _stream(self, request: PreparedRequest, gate: Gate, stream: bool) -> Iterator[LLMChunk]:
         body = json.dumps(request.body).encode()
-        with self._http.stream("POST", request.url, headers=request.headers, content=body) as resp:
+        headers = with_traceparent(request.headers)
+        with self._http.stream("POST", request.url, headers=headers, content=body) as resp:
             status = resp.status_code
             if not 200 <= status < 300:
                 raise self._status_error(resp, gate)

@@ -110,9 +110,12 @@ class Gate:
         probe: Probe | None = None,
         prompt_tokens: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_probe: Callable[[ProbeAnswer], None] | None = None,
     ) -> None:
+        """`on_probe` hears every probe answer (busy, idle, None: no answer)."""
         self.budgets = budgets
         self.on_wait = on_wait
+        self.on_probe = on_probe
         self.probe = probe
         self.prompt_tokens = prompt_tokens
         self._clock = clock
@@ -317,6 +320,8 @@ class Gate:
             answer = contextvars.Context().run(self.probe)  # type: ignore[arg-type]
         except Exception:
             answer = None
+        if self.on_probe is not None:
+            self.on_probe(answer)
         if answer != "busy":
             return False
         now = self._clock()
@@ -350,6 +355,7 @@ def first_token_gate(
     *,
     ceiling: object = DEFAULT_CEILING_S,
     prompt_tokens: int | None = None,
+    on_probe: Callable[[ProbeAnswer], None] | None = None,
 ) -> Iterator[Gate]:
     """Open a gate for the model requests made in this context.
 
@@ -357,7 +363,9 @@ def first_token_gate(
     deadline. The gate is always reset on exit.
     """
     budgets = GateBudgets.build(first_token_timeout, idle_timeout, stream_total_timeout, ceiling)
-    gate = Gate(budgets, on_wait=on_wait, probe=probe, prompt_tokens=prompt_tokens)
+    gate = Gate(
+        budgets, on_wait=on_wait, probe=probe, prompt_tokens=prompt_tokens, on_probe=on_probe
+    )
     with gate_in_context(gate):
         yield gate
 

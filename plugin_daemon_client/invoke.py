@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from firstgate.common.cancel import Cancellable
 from firstgate.common.storable_text import REPLACEMENT, is_storable, mend
 
+from .call_telemetry import CallRecord, current_call, model_call
 from .fallback import FallbackChain, Target
 from .first_token_budget import (
     ResolvedBudget,
@@ -224,22 +225,30 @@ def _gate(
     target: RouteTarget, request: ModelRequest, budget: ResolvedBudget, sinks: Sinks
 ) -> Iterator[Gate]:
     """This target's own gate: its resolved first-token budget, its probe, and the
-    run's cancel token attached, so an abort shuts down whichever attempt is in flight."""
+    run's cancel token attached, so an abort shuts down whichever attempt is in flight;
+    inside the attempt's span (`call_telemetry.py`)."""
 
     def on_wait(info: WaitInfo) -> None:
         sinks.wait(info, target=target.name)
 
     budgets = request.budgets
-    with first_token_gate(
-        idle_timeout=budgets.idle_s,
-        stream_total_timeout=budgets.stream_total_s,
-        on_wait=on_wait,
-        probe=target.probe,
-        **budget.gate_kwargs(),
-    ) as gate:
-        attached = sinks.cancel.attached(gate.cancel) if sinks.cancel else nullcontext()
-        with attached:
-            yield gate
+    kind = getattr(target.client, "kind", "")
+    with model_call(
+        target.name, kind, target.base_url, request.model, request.parameters, budget
+    ) as record:
+        with first_token_gate(
+            idle_timeout=budgets.idle_s,
+            stream_total_timeout=budgets.stream_total_s,
+            on_wait=on_wait,
+            probe=target.probe,
+            on_probe=None if record is None else record.probe,
+            **budget.gate_kwargs(),
+        ) as gate:
+            if record is not None:
+                record.gate = gate
+            attached = sinks.cancel.attached(gate.cancel) if sinks.cancel else nullcontext()
+            with attached:
+                yield gate
 
 
 class TextMender:
@@ -273,9 +282,12 @@ def _attempt(target: RouteTarget, request: ModelRequest, sinks: Sinks) -> _Colle
     """One attempt on `target`, inside the gate the caller opened."""
     collected = _Collected()
     text, reasoning = TextMender(), TextMender()
+    record: CallRecord | None = current_call()
     for chunk in target.client.invoke_llm(**_call_arguments(target, request)):
         piece = text.feed(chunk.text) if chunk.text else ""
         if piece:
+            if record is not None:
+                record.first_token()
             collected.parts.append(piece)
             sinks.chunk(piece, target=target.name)
         if getattr(chunk, "reasoning", ""):
@@ -290,6 +302,8 @@ def _attempt(target: RouteTarget, request: ModelRequest, sinks: Sinks) -> _Colle
         collected.parts.append(rest)
         sinks.chunk(rest, target=target.name)
     collected.reasoning.append(reasoning.flush())
+    if record is not None:
+        record.reply(collected.usage, collected.finish_reason)
     return collected
 
 

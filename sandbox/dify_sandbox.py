@@ -39,7 +39,7 @@ from firstgate.sandbox.errors import (
     CodeSandboxViolationError,
     CodeTimeoutError,
 )
-from firstgate.sandbox.executor import DEFAULT_TIMEOUT_S, Language, OutputLimits
+from firstgate.sandbox.executor import DEFAULT_TIMEOUT_S, Language, OutputLimits, traced
 
 RESULT_TAG = "<<RESULT>>"
 _RESULT = re.compile(f"{RESULT_TAG}(.*){RESULT_TAG}", re.DOTALL)
@@ -110,6 +110,7 @@ class DifySandboxExecutor:
     def close(self) -> None:
         return None
 
+    @traced
     def execute(
         self,
         language: Language,

@@ -10,11 +10,13 @@ failure is a `sandbox.errors.CodeExecutionError`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from firstgate.common.cancel import Cancellable
+from firstgate.common.telemetry import client_span
 
 Language = Literal["python3", "javascript", "jinja2"]
 
@@ -58,3 +60,22 @@ class CodeExecutor(Protocol):
     def close(self) -> None:
         """Stop everything it started; idempotent."""
         ...
+
+
+_Execute = TypeVar("_Execute", bound=Callable[..., dict[str, Any]])
+
+
+def traced(execute: _Execute) -> _Execute:
+    """An executor's `execute` as a span of its own (`code python3`, under the
+    node's span; nothing when tracing is off): every executor's jobs alike."""
+
+    @functools.wraps(execute)
+    def run(self: Any, language: Language, code: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        attributes = {
+            "firstgate.code.language": language,
+            "firstgate.code.executor": type(self).__name__,
+        }
+        with client_span(f"code {language}", attributes):
+            return execute(self, language, code, *args, **kwargs)
+
+    return run  # type: ignore[return-value]

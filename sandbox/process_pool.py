@@ -30,7 +30,7 @@ from firstgate.sandbox.errors import (
     CodeRuntimeUnavailableError,
     CodeTimeoutError,
 )
-from firstgate.sandbox.executor import Language, OutputLimits
+from firstgate.sandbox.executor import Language, OutputLimits, traced
 from firstgate.sandbox.outcomes import RUNTIMES, result_or_raise
 from firstgate.sandbox.worker_process import (
     SandboxLimits,
@@ -148,6 +148,7 @@ class ProcessSandbox:
 
     # ---- jobs
 
+    @traced
     def execute(
         self,
         language: Language,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from firstgate.common import metrics
 from firstgate.common.files import DEFAULT_SIZE_LIMITS, MB, FileType
 from firstgate.locales import normalize_locale, t
 from firstgate.nodes.base import RoutePlanner
@@ -49,6 +50,8 @@ log = logging.getLogger("firstgate.serve")
 PING_INTERVAL_S = 10.0
 DEFAULT_USER = "DEFAULT-USER"  # Dify's end user when a request names none
 MAX_JSON_BYTES = bodies.MAX_JSON_BYTES
+# A `traceparent` is 55 characters; anything longer is cut (and then refused as malformed).
+TRACEPARENT_MAX = 256
 CONSOLE_DIR = Path(__file__).parent / "console"
 # The console's own words, in the browser's language (Accept-Language).
 CONSOLE_KEYS = (
@@ -108,6 +111,7 @@ def _rules() -> Map:
             Rule("/console/strings", endpoint="console_strings", methods=["GET"]),
             Rule("/console/<name>", endpoint="console_file", methods=["GET"]),
             Rule("/files/<upload_id>/file-preview", endpoint="public_file", methods=["GET"]),
+            Rule("/metrics", endpoint="public_metrics", methods=["GET"]),
             Rule("/v1/info", endpoint="info", methods=["GET"]),
             # Dify's webhook trigger: any method (a wrong one is the webhook's 400).
             Rule(
@@ -316,6 +320,11 @@ class ServiceApi(RecordsApi, HumanInputApi):
         response.headers.update(preview_headers(record.mime_type))
         return response
 
+    def _public_metrics(self, request: Request) -> Response:
+        """Prometheus's scrape: no key (an operator's endpoint; counts and app
+        names, no ids, no content)."""
+        return Response(metrics.exposition(), content_type=metrics.CONTENT_TYPE)
+
     # ---- the app
 
     def _info(self, request: Request, app: App) -> Response:
@@ -390,6 +399,7 @@ class ServiceApi(RecordsApi, HumanInputApi):
             query=None,
             conversation=None,
             base_url=self.context.files_url,
+            traceparent=request.headers.get("traceparent"),
         )
         if body.response_mode == "streaming":
             return self._streaming(handle)
@@ -412,6 +422,7 @@ class ServiceApi(RecordsApi, HumanInputApi):
             query=body.query,
             conversation=body.conversation_id,
             base_url=self.context.files_url,
+            traceparent=request.headers.get("traceparent"),
         )
         if agent:
             return self._translated_stream(handle, AgentChatReply(handle).frames)
@@ -431,6 +442,7 @@ class ServiceApi(RecordsApi, HumanInputApi):
             query=None,
             conversation=None,
             base_url=request.host_url,
+            traceparent=request.headers.get("traceparent"),
         )
         reply = CompletionReply(handle, app.workflow.easy)
         if body.response_mode == "streaming":
@@ -447,6 +459,7 @@ class ServiceApi(RecordsApi, HumanInputApi):
         query: str | None,
         conversation: str | None,
         base_url: str,
+        traceparent: str | None = None,
     ) -> RunHandle:
         runs = self.context.runs
         if not runs.accepting:
@@ -459,6 +472,8 @@ class ServiceApi(RecordsApi, HumanInputApi):
             query=query,
             conversation_id=conversation,
             base_url=base_url,
+            # A caller's trace continues into the run; a malformed one is ignored there.
+            traceparent=traceparent[:TRACEPARENT_MAX] if traceparent else None,
         )
         return runs.start(app, request)
 
@@ -473,11 +488,15 @@ class ServiceApi(RecordsApi, HumanInputApi):
         """Another app mode's events (a completion or agent app's), unnumbered as Dify's."""
 
         def frames() -> Iterator[bytes]:
-            for event in handle.stream.follow(self.context.ping_interval):
-                if event is None:
-                    yield PING
-                else:
-                    yield from (sse(frame) for frame in translate(event))
+            metrics.stream_opened()
+            try:
+                for event in handle.stream.follow(self.context.ping_interval):
+                    if event is None:
+                        yield PING
+                    else:
+                        yield from (sse(frame) for frame in translate(event))
+            finally:
+                metrics.stream_closed()
 
         response = Response(frames(), mimetype="text/event-stream", direct_passthrough=True)
         response.headers["Cache-Control"] = "no-cache"
@@ -581,12 +600,16 @@ class ServiceApi(RecordsApi, HumanInputApi):
     def _event_stream(self, events: Iterator[bytes | None], first: int = 0) -> Response:
         def frames() -> Iterator[bytes]:
             position = first
-            for event in events:
-                if event is None:
-                    yield PING
-                    continue
-                position += 1
-                yield b"id: %d\n" % position + sse(event)
+            metrics.stream_opened()
+            try:
+                for event in events:
+                    if event is None:
+                        yield PING
+                        continue
+                    position += 1
+                    yield b"id: %d\n" % position + sse(event)
+            finally:
+                metrics.stream_closed()
 
         response = Response(frames(), mimetype="text/event-stream", direct_passthrough=True)
         response.headers["Cache-Control"] = "no-cache"

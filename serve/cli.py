@@ -337,6 +337,19 @@ def _worker_parser():  # type: ignore[no-untyped-def]
         metavar="N",
         help="runs at a time in this process, as greenlets (default: %(default)s)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="answer Prometheus's scrape at http://HOST:PORT/metrics (default: off)",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address --metrics-port listens on (default: %(default)s)",
+    )
     parser.add_argument("--locale", help="language of messages (default: from LANG)")
     _add_durability_arguments(parser)
     _add_broker_arguments(parser, required=True)
@@ -367,6 +380,9 @@ def worker_main(argv: Sequence[str]) -> int:
             locale=locale,
             durability=Durability(args.durability),
             durability_ms=args.durability_ms,
+            metrics_address=None
+            if args.metrics_port is None
+            else (args.metrics_host, args.metrics_port),
         )
     except LocalizedError as exc:
         print(exc.render(locale), file=sys.stderr)

@@ -60,6 +60,7 @@ class RunRequest:
     triggered_from: str = TRIGGERED_APP_RUN
     task_id: str = field(default_factory=_new_id)
     workflow_run_id: str = field(default_factory=_new_id)
+    traceparent: str | None = None  # the caller's W3C trace context
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -118,6 +119,7 @@ class Launcher:
                 durability=self.durability,
                 durability_batch_ms=self.durability_ms,
                 triggered_from=request.triggered_from,
+                traceparent=request.traceparent,
             )
             return app.workflow.run(inputs, options, self.resources)
 

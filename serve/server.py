@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from firstgate.common import metrics
 from firstgate.locales import t
 from firstgate.runtime.execution.checkpoint import DEFAULT_BATCH_MS, Durability
 from firstgate.runtime.execution.limits import RunLimits
@@ -36,7 +37,7 @@ from firstgate.serve.access_log import AccessLog
 from firstgate.serve.api import PING_INTERVAL_S, ServeContext, ServiceApi
 from firstgate.serve.apps import AppDirectory, load_directory
 from firstgate.serve.connection_limits import ConnectionLimits
-from firstgate.serve.distributed.settings import DistributedSettings
+from firstgate.serve.distributed.settings import DistributedSettings, queue_depth
 from firstgate.serve.file_links import FileLinks, files_base_url
 from firstgate.serve.form_deadlines import DEFAULT_INTERVAL_S as DEFAULT_FORM_SWEEP_S
 from firstgate.serve.form_deadlines import FormDeadlines
@@ -147,6 +148,7 @@ def build_service(
     uploads_dir = config.uploads_dir or _default_uploads(config.database)
     uploads_dir.mkdir(parents=True, exist_ok=True)
     distributed = config.distributed
+    metrics.enable()  # a serving process answers /metrics
     launcher = open_resources(config, apps, executes_runs=distributed is None)
     try:
         if distributed is None:
@@ -158,6 +160,7 @@ def build_service(
             from firstgate.serve.distributed.remote_runs import connect
 
             runs = connect(launcher, distributed)
+            metrics.watch_queue_depth(queue_depth(distributed))
         context = ServeContext(
             apps=apps,
             store=launcher.store,

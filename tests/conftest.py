@@ -19,3 +19,12 @@ def _session_state_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
         os.environ.pop("FIRSTGATE_STATE", None)
     else:
         os.environ["FIRSTGATE_STATE"] = previous
+
+
+@pytest.fixture(scope="session")
+def phoenix() -> Iterator[object]:
+    """A real OTLP backend (Arize Phoenix), started once per test session."""
+    from tests.phoenix_support import phoenix_server
+
+    with phoenix_server() as server:
+        yield server

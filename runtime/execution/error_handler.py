@@ -10,6 +10,7 @@ from enum import Enum
 from typing import Any
 
 from firstgate.common.cancel import CancelToken
+from firstgate.common.telemetry import activated
 from firstgate.nodes.base import FAIL_HANDLE, NeedsWorker, NodeContext, NodeResult, Pause
 from firstgate.nodes.selectors import Selector
 from firstgate.runtime.dsl.graph import NodeDef
@@ -83,7 +84,7 @@ def execute(
             return Outcome(Status.CANCELLED, attempt, error=None)
         ctx = make_context(attempt)
         try:
-            result = contextvars.copy_context().run(node.spec.run, node.data, ctx)
+            result = contextvars.copy_context().run(_run_attempt, node, ctx)
         except NeedsWorker:
             raise  # not a failure: the engine runs the node again on a worker
         except Exception as exc:
@@ -98,6 +99,14 @@ def execute(
                 continue
             return apply_strategy(node, exc, attempt)
         return succeeded(result, attempt)
+
+
+def _run_attempt(node: NodeDef, ctx: NodeContext) -> NodeResult:
+    """One attempt, its node's span current (what it calls traces under it)."""
+    if ctx.trace is None:
+        return node.spec.run(node.data, ctx)
+    with activated(ctx.trace):
+        return node.spec.run(node.data, ctx)
 
 
 def succeeded(result: NodeResult, attempt: int) -> Outcome:

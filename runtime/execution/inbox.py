@@ -136,6 +136,8 @@ class Inbox:
             connectors=shared.connectors,
             history=shared.history,
             on_dispatcher=on_dispatcher,
+            # On the dispatcher a node makes no call that could be traced under it.
+            trace=None if on_dispatcher else report.attempt_context(execution),
         )
 
     def _on_retry(self, execution: Execution) -> OnRetry:

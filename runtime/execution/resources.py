@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from firstgate.common.telemetry import install
 from firstgate.connectors.hub import Connectors
 from firstgate.runtime.execution.code_executors import build_code_executor
 from firstgate.runtime.execution.workflow_tools import Loader, WorkflowTools
@@ -70,6 +71,9 @@ class RunResources:
         (`load_workflow`; none: workflow tools cannot run). `max_connections`: per
         route (a stream holds one)."""
         opened = ExitStack()
+        tracing = settings.telemetry.tracing() if settings is not None else None
+        if tracing is not None:  # the process's tracing, while these resources are open
+            opened.callback(install(tracing).close)
         routes = None
         if clients is None:
             routes = RouteClients(ModelRoutes(settings), max_connections=max_connections)

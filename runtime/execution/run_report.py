@@ -31,6 +31,7 @@ from firstgate.runtime.execution.frames import ContainerExecution, Execution, Fr
 from firstgate.runtime.execution.redaction import Redactor, StreamRedaction
 from firstgate.runtime.execution.response_stream import Piece
 from firstgate.runtime.execution.session import RunSession, RunSummary
+from firstgate.runtime.execution.telemetry import RunTelemetry
 from firstgate.store.base import NodeExecutionRecord
 
 _NODE_END: dict[Status, type[ev.NodeFinished]] = {
@@ -54,10 +55,14 @@ class RunReport:
         *,
         show_retriever_resources: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        observer: RunTelemetry | None = None,
     ) -> None:
         """`show_retriever_resources`: the app's `features.retriever_resource`
-        (the knowledge an answer used goes in `message_end`)."""
+        (the knowledge an answer used goes in `message_end`). `observer`: the
+        run's spans and metrics (`runtime/execution/telemetry.py`), told every
+        fact this report receives; None when telemetry is off."""
         self.info = info
+        self.observer = observer
         self.inputs = inputs
         self._redact = redactor
         self._streams = StreamRedaction(redactor)
@@ -80,7 +85,15 @@ class RunReport:
     def of(cls, session: RunSession, inputs: dict[str, Any]) -> RunReport:
         """The report of the run `session` starts (its identity, its redactor, what its app shows)."""
         shown = session.workflow.show_retriever_resources
-        return cls(session.info, session.redactor, inputs, show_retriever_resources=shown)
+        app = getattr(session.workflow, "name", "") or session.info.app_id
+        observer = RunTelemetry.start(session.info, app, session.options.traceparent)
+        return cls(
+            session.info,
+            session.redactor,
+            inputs,
+            show_retriever_resources=shown,
+            observer=observer,
+        )
 
     # ---- facts the dispatcher hands over
 
@@ -105,9 +118,13 @@ class RunReport:
     def started(self) -> ev.WorkflowStarted:
         """The run's first event; its clock starts here (when iteration begins)."""
         self._t0 = self._clock()
+        if self.observer is not None:
+            self.observer.run_started()
         return ev.WorkflowStarted(inputs=self._value(self.inputs), **self._common())
 
     def node_started(self, execution: Execution) -> ev.NodeStarted:
+        if self.observer is not None:
+            self.observer.node_started(execution)
         return ev.NodeStarted(
             index=execution.index,
             predecessor_node_id=execution.predecessor,
@@ -120,6 +137,8 @@ class RunReport:
         self, execution: Execution, kind: str, container: ContainerExecution | None
     ) -> ev.ContainerStarted:
         """`container` is None when the container could not start (its inputs were wrong)."""
+        if self.observer is not None:
+            self.observer.node_started(execution)
         extra: dict[str, Any] = {}
         if container is not None:
             extra = {
@@ -147,14 +166,22 @@ class RunReport:
 
     # ---- what running nodes report
 
+    def attempt_context(self, execution: Execution) -> Any:
+        """The tracing context a node attempt runs in (`NodeContext.trace`): its
+        calls' spans go under its node's span. None when tracing is off."""
+        return None if self.observer is None else self.observer.attempt_context(execution)
+
     def first_token(
         self, execution: Execution, attempt: int, target: str | None
     ) -> ev.NodeFirstToken:
         started = execution.attempt_started.get(attempt, execution.started)
+        ttft = round(self._clock() - started, 6)
+        if self.observer is not None:
+            self.observer.first_token(execution, attempt, target, ttft)
         return ev.NodeFirstToken(
             attempt=attempt,
             target=target,
-            ttft=round(self._clock() - started, 6),
+            ttft=ttft,
             **self._node(execution),
             **self._common(),
         )
@@ -210,6 +237,8 @@ class RunReport:
     def waiting(
         self, execution: Execution, attempt: int, info: WaitInfo, target: str | None
     ) -> ev.NodeWaiting:
+        if self.observer is not None:
+            self.observer.waiting(execution, attempt, info, target)
         return ev.NodeWaiting(
             attempt=attempt,
             wait_elapsed=info.elapsed_s,
@@ -223,6 +252,8 @@ class RunReport:
 
     def fallback(self, execution: Execution, attempt: int, event: FallbackEvent) -> ev.NodeFallback:
         """A decision of the transport's fallback chain."""
+        if self.observer is not None:
+            self.observer.fallback(execution, attempt, event)
         return ev.NodeFallback(
             attempt=attempt,
             kind=event.kind,
@@ -252,6 +283,8 @@ class RunReport:
         self, execution: Execution, attempt: int, exc: Exception, interval_ms: int
     ) -> ev.NodeRetry:
         partial = exc.partial_text if isinstance(exc, FirstGateError) else ""
+        if self.observer is not None:
+            self.observer.retry(execution, attempt, exc, interval_ms)
         return ev.NodeRetry(
             attempt=attempt,
             index=execution.index,
@@ -317,6 +350,8 @@ class RunReport:
                 **common,
             )
         self.records.append(_record(event, execution))
+        if self.observer is not None:
+            self.observer.node_ended(execution, event)
         return event
 
     def _count_usage(self, execution: Execution, usage: dict[str, Any]) -> dict[str, Any]:
@@ -415,6 +450,8 @@ class RunReport:
         except Exception as exc:  # noqa: BLE001 - reported as the run's failure
             if terminal.status != "failed":
                 terminal = self.failed(exc)
+        if self.observer is not None:
+            self.observer.run_ended(terminal)
         yield from held
         yield terminal
         if not self.info.chat:

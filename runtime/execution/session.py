@@ -120,6 +120,9 @@ class RunOptions:
     durability_batch_ms: int = DEFAULT_BATCH_MS
     # How it was started, as its record says (`store.base`'s TRIGGERED_*).
     triggered_from: str = TRIGGERED_APP_RUN
+    # The caller's W3C `traceparent` (serve's request header): the run's trace
+    # continues the caller's; malformed or None starts a new one.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from firstgate.common.problems import DslError, problems_from_validation
+from firstgate.common.telemetry_settings import TelemetrySettings
 from firstgate.common.yaml_reader import read_yaml_mapping
 from firstgate.connectors.settings import (
     FilesSettings,
@@ -46,6 +47,7 @@ class RuntimeSettings(ProvidersSection):
     files: FilesSettings = Field(default_factory=FilesSettings)
     document_extractor: DocumentExtractorSettings = Field(default_factory=DocumentExtractorSettings)
     email: EmailSettings = Field(default_factory=EmailSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
 
 def load_settings(path: str | Path) -> RuntimeSettings:

@@ -43,11 +43,10 @@ Top level, optionally: `breaker: {threshold: 5, cooldown_s: 60}` (see
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from firstgate.common.dsl import PositiveSeconds, SettingsModel, between, dsl_error, shown
 from firstgate.common.durations import DurationError, parse_duration
-from firstgate.common.redaction import redact_url
+from firstgate.common.redaction import has_credentials, redact_url
 from firstgate.plugin_daemon_client.fallback import (
     DEFAULT_BREAKER_COOLDOWN_S,
     DEFAULT_BREAKER_THRESHOLD,
@@ -174,16 +173,14 @@ class ProviderRoute(SettingsModel):
                 "base_url must start with http:// or https://, got {value}",
                 value=repr(self.base_url[:80]),
             )
-        if self.base_url:
-            parts = urlsplit(self.base_url)
-            if parts.username is not None or parts.password is not None:
-                # Refused, never stripped (the client refuses them too).
-                raise dsl_error(
-                    "dsl.models.baseUrlCredentials",
-                    "base_url must not contain credentials (user:password@), got {value}; "
-                    "put the key in the variable named by api_key_env",
-                    value=repr(redact_url(self.base_url, user=False)[:80]),
-                )
+        if self.base_url and has_credentials(self.base_url):
+            # Refused, never stripped (the client refuses them too).
+            raise dsl_error(
+                "dsl.models.baseUrlCredentials",
+                "base_url must not contain credentials (user:password@), got {value}; "
+                "put the key in the variable named by api_key_env",
+                value=repr(redact_url(self.base_url, user=False)[:80]),
+            )
         return self
 
     @property

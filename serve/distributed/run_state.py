@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from firstgate.common import metrics
 from firstgate.serve.errors import ApiError, dump_json
 from firstgate.serve.file_links import FileLinks
 from firstgate.serve.launch import Launcher
@@ -211,6 +212,7 @@ class RunStore:
     # ---- poison messages
 
     def dead_letter(self, reason: str, body: Any, **details: str) -> None:
+        metrics.dead_letter()
         text = body if isinstance(body, str) else json.dumps(body, default=repr)
         self.redis.xadd(
             DEAD_LETTERS,

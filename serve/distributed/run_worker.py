@@ -18,13 +18,15 @@ from typing import Any
 
 from celery.exceptions import SecurityWarning
 from celery.signals import worker_ready
+from firstgate.common import metrics
 from firstgate.locales import t
 from firstgate.runtime.execution.checkpoint import DEFAULT_BATCH_MS, Durability
 from firstgate.runtime.execution.limits import RunLimits
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.serve.apps import load_directory
-from firstgate.serve.distributed.settings import DistributedSettings
+from firstgate.serve.distributed.settings import DistributedSettings, queue_depth
 from firstgate.serve.distributed.worker import build_worker
+from firstgate.serve.metrics_http import start_metrics_server
 from firstgate.serve.server import ServeConfig, open_resources, raise_open_file_limit, report_apps
 
 # The start of Celery's warning to a worker run as root (celery.platforms.ROOT_DISCOURAGED).
@@ -41,7 +43,9 @@ def run_worker(
     locale: str | None,
     durability: Durability = Durability.BATCHED,
     durability_ms: int = DEFAULT_BATCH_MS,
+    metrics_address: tuple[str, int] | None = None,
 ) -> int:
+    """`metrics_address`: where this worker answers `/metrics` (None: nowhere)."""
     apps = load_directory(apps_dir, os.environ, settings)
     report_apps(apps, locale)
     if not apps.apps:
@@ -60,6 +64,10 @@ def run_worker(
     )
     launcher = open_resources(config, apps)
     celery, runtime = build_worker(apps, launcher, distributed, locale)
+    metrics_server = None
+    if metrics_address is not None:
+        metrics_server = start_metrics_server(*metrics_address)
+        metrics.watch_queue_depth(queue_depth(distributed))
 
     def ready(**_: Any) -> None:
         print(
@@ -97,5 +105,7 @@ def run_worker(
         worker.start()
         return int(worker.exitcode or 0)
     finally:
+        if metrics_server is not None:
+            metrics_server.stop(timeout=1.0)
         runtime.stop_background()
         launcher.close()

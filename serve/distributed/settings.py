@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -135,3 +135,14 @@ def settings_from_env(environ: Mapping[str, str]) -> DistributedSettings | None:
         lease=float(environ.get("FIRSTGATE_LEASE", DEFAULT_LEASE_S)),
         max_attempts=int(environ.get("FIRSTGATE_MAX_ATTEMPTS", "1")),
     )
+
+
+def queue_depth(settings: DistributedSettings) -> Callable[[], int | None]:
+    """How many runs wait in the broker's queue (Celery's Redis transport keeps
+    a queue as a list of its name), read at each scrape of `/metrics`."""
+    client = redis_client(settings.broker, socket_timeout=2.0)
+
+    def read() -> int | None:
+        return int(client.llen(settings.queue))
+
+    return read

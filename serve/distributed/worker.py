@@ -31,6 +31,7 @@ from typing import Any
 import gevent
 import redis
 from celery import Celery
+from firstgate.common import metrics
 from firstgate.locales import t
 from firstgate.runtime.execution.checkpoint import PAUSED, RUNNING
 from firstgate.runtime.execution.engine import WorkflowRun
@@ -81,6 +82,7 @@ class QueuedRun(BaseModel):
 
     task_id: str = Field(min_length=1, max_length=100)
     workflow_run_id: str = Field(min_length=1, max_length=100)
+    traceparent: str | None = Field(default=None, max_length=256)
 
 
 class HardLimit(Exception):
@@ -257,6 +259,8 @@ class WorkerRuntime:
         verdict = self.runs.reap(task_id, self.settings.max_attempts, token, self.settings.lease)
         verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
         meta = self.runs.meta(task_id)
+        if verdict in ("requeue", "fail"):
+            metrics.lease_reaped(verdict)
         if verdict == "requeue":
             log.warning("run %s lost its worker; queued again", task_id)
             self.celery.send_task(

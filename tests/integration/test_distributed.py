@@ -378,6 +378,21 @@ def test_an_unreachable_redis_is_a_clear_message(
 # ---- faults
 
 
+def _parse(page: str) -> dict[str, float]:
+    """A Prometheus text page as series -> value (comments left out)."""
+    found: dict[str, float] = {}
+    for line in page.splitlines():
+        if line and not line.startswith("#"):
+            series, _, value = line.rpartition(" ")
+            found[series] = float(value)
+    return found
+
+
+def _metrics(port: int) -> dict[str, float]:
+    """A worker's `/metrics` (`--metrics-port`), parsed."""
+    return _parse(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
+
+
 def _holder(client: redis.Redis, task_id: str) -> str:
     give_up = time.monotonic() + 10
     while time.monotonic() < give_up:
@@ -399,11 +414,26 @@ def test_a_worker_killed_mid_run(
     a clear error once its lease lapses; with two, the other worker runs it again,
     never both at once; either way it is never lost."""
     settings = ("--lease", "1", "--visibility-timeout", "4", "--max-attempts", str(attempts))
+    ports = {"w1": free_port(), "w2": free_port()}
     with redis_server(tmp_path / "redis") as broker:
         client = redis.Redis.from_url(broker.url)
         with (
-            worker(tmp_path, model, broker.url, postgres_url, name="w1", extra=settings) as w1,
-            worker(tmp_path, model, broker.url, postgres_url, name="w2", extra=settings) as w2,
+            worker(
+                tmp_path,
+                model,
+                broker.url,
+                postgres_url,
+                name="w1",
+                extra=(*settings, "--metrics-port", str(ports["w1"])),
+            ) as w1,
+            worker(
+                tmp_path,
+                model,
+                broker.url,
+                postgres_url,
+                name="w2",
+                extra=(*settings, "--metrics-port", str(ports["w2"])),
+            ) as w2,
             serve(
                 tmp_path,
                 model,
@@ -426,6 +456,7 @@ def test_a_worker_killed_mid_run(
                 if event["event"] == "text_chunk" and killed_at is None:
                     holder = _holder(client, event["task_id"])
                     victim = w1 if holder in w1.output() else w2
+                    survivor = "w2" if victim is w1 else "w1"
                     victim.kill()
                     killed_at = time.monotonic()
             ended_after = time.monotonic() - (killed_at or 0)
@@ -439,6 +470,8 @@ def test_a_worker_killed_mid_run(
             ):
                 time.sleep(0.2)
             again = http.get(f"/v1/workflows/run/{events[0]['workflow_run_id']}").json()
+            # The survivor's sweeper reaped the lapsed lease, and says so on /metrics.
+            scraped = _metrics(ports[survivor])
         stream_length = client.xlen(f"firstgate:events:{events[0]['task_id']}")
     names = [e["event"] for e in events]
     finished = events[-1]
@@ -462,6 +495,8 @@ def test_a_worker_killed_mid_run(
         assert executions(events[:second]) and executions(events[second:])
         assert not executions(events[:second]) & executions(events[second:])
     assert again["status"] == record["status"]
+    outcome = "fail" if attempts == 1 else "requeue"
+    assert scraped.get(f'firstgate_lease_reaps_total{{outcome="{outcome}"}}') == 1, scraped
     # Every event the client saw is in the stream, and nothing was added later (+1: the end).
     assert stream_length == len(events) + 1
     print(f"killed worker: run ended {ended_after:.2f} s after the kill (lease 1 s)")
@@ -604,6 +639,7 @@ def test_poison_messages_go_to_the_dead_letters(
     from celery import Celery
     from kombu import Connection
 
+    port = free_port()
     with (
         redis_server(tmp_path / "redis") as broker,
         worker(
@@ -611,7 +647,7 @@ def test_poison_messages_go_to_the_dead_letters(
             model,
             broker.url,
             postgres_url,
-            extra=("--visibility-timeout", "2", "--lease", "1"),
+            extra=("--visibility-timeout", "2", "--lease", "1", "--metrics-port", str(port)),
         ) as w,  # noqa: E501
         serve(tmp_path, model, database=postgres_url, extra=("--broker", broker.url)) as api,
     ):
@@ -639,6 +675,12 @@ def test_poison_messages_go_to_the_dead_letters(
         time.sleep(3.0)
         letters = client.xrange("firstgate:dead-letters")
         assert w.process.poll() is None
+        scraped = _metrics(port)
+        with httpx.Client(base_url=api.url, timeout=10) as plain:
+            api_scraped = _parse(plain.get("/metrics").text)
+    assert scraped["firstgate_dead_letters_total"] == 4, scraped
+    assert scraped["firstgate_broker_queue_depth"] == 0
+    assert api_scraped["firstgate_broker_queue_depth"] == 0
     reasons = sorted(fields[b"reason"].decode() for _, fields in letters)
     assert reasons == ["malformed", "malformed", "undecodable", "unknown-task"], reasons
     assert good.status_code == 200 and good.json()["data"]["status"] == "succeeded"
