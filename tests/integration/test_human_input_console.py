@@ -63,7 +63,7 @@ def test_the_console_shows_the_form_and_submits_it(browser, server: Server, tmp_
         "document.head.append(s);"
         "const c = document.createElement('div'); c.id = 'human-input'; document.body.prepend(c);"
     )
-    _wait(browser, lambda d: d.execute_script("return !!window.firstgateHumanInput"))
+    _wait(browser, lambda d: d.execute_script("return !!window.firstgateHumanInput"), 60)
     browser.execute_script(
         "window.firstgateHumanInput.render(arguments[0], document.getElementById('human-input'),"
         " arguments[1])",
@@ -80,7 +80,8 @@ def test_the_console_shows_the_form_and_submits_it(browser, server: Server, tmp_
     # Nothing chosen yet: the server refuses and says what is missing.
     buttons[0].click()
     status = form.find_element(By.CSS_SELECTOR, ".hi-status")
-    _wait(browser, lambda d: status.get_attribute("data-state") == "failed")
+    # Generous waits: the machine these run on is shared (uploads, a submit, a resume).
+    _wait(browser, lambda d: status.get_attribute("data-state") == "failed", 60)
     assert "priority" in status.text and buttons[0].is_enabled()
 
     edits.clear()
@@ -93,12 +94,12 @@ def test_the_console_shows_the_form_and_submits_it(browser, server: Server, tmp_
     for name in ("attachment", "references"):
         form.find_element(By.CSS_SELECTOR, f"[data-input={name}] input").send_keys(str(note))
     buttons[1].click()
-    _wait(browser, lambda d: status.get_attribute("data-state") == "sent")
+    _wait(browser, lambda d: status.get_attribute("data-state") == "sent", 60)
     assert status.text == "Sent: Use my edits"
     _shot(browser, "human-input-form")
     run_id = event["workflow_run_id"]
     headers = {"Authorization": f"Bearer {KEY}"}
-    give_up = time.monotonic() + 30
+    give_up = time.monotonic() + 60
     record: dict[str, Any] = {}
     while time.monotonic() < give_up:
         record = httpx.get(f"{server.url}/v1/workflows/run/{run_id}", headers=headers).json()
