@@ -23,6 +23,7 @@ from firstgate.connectors.settings import (
     LocalDataset,
     ToolsSettings,
 )
+from firstgate.connectors.smtp_mail import EmailSettings, MailError, MailServer
 from firstgate.connectors.tool_messages import ToolError
 from pydantic import BaseModel
 
@@ -39,6 +40,9 @@ class Connectors:
     # Runs `workflow` tools: set by the runtime (it runs workflows; nothing
     # here can). `.run(provider_id, inputs, timeout_s=, cancel=) -> outputs`.
     workflow_tools: Any = None
+    # Keeps the human-input forms a run opens: set by the runtime to its store
+    # (`add_form(FormRecord)`); None when the run has no store.
+    forms: Any = None
     _http: GuardedHttp | None = field(default=None, init=False, repr=False)
     _files_dir: Path | None = field(default=None, init=False, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
@@ -100,6 +104,27 @@ class Connectors:
                 timeout_s=spec.timeout_s,
                 max_file_bytes=tools.max_file_bytes,
             ),
+        )
+
+    def mail_server(self) -> MailServer:
+        """The SMTP server of the settings' `email` section (the loader refuses a
+        node that mails when it names none); its password from the environment."""
+        section = self.sections.get(EmailSettings)
+        if not section.smtp_host:
+            raise MailError("errors.email.noServer")
+        password = None
+        if section.password_env:
+            password = os.environ.get(section.password_env)
+            if not password:
+                raise MailError("errors.email.missingPassword", env=section.password_env)
+        return MailServer(
+            host=section.smtp_host,
+            port=section.smtp_port,
+            security=section.security,
+            sender=section.sender,
+            timeout_s=float(section.timeout_s),
+            username=section.username,
+            password=password,
         )
 
     def api_provider(self, provider_id: str) -> ApiProvider:

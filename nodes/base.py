@@ -182,6 +182,29 @@ class ChatTurn:
     answer: str
 
 
+@dataclass(frozen=True, slots=True)
+class NodeNotice:
+    """An event a node asks the engine to emit in its name (Dify's wire name and
+    `data`, e.g. `human_input_required`): nodes never build the engine's events."""
+
+    name: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A node's run ends without finishing: the run pauses at this node.
+
+    `payload` (JSON-serialisable) is kept in the run's checkpoint and comes back
+    to whoever resumes the run; `reason` is the node's entry in `workflow_paused`'s
+    `reasons`; `events` go out first (after the checkpoint is written)."""
+
+    node_id: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    reason: Mapping[str, Any] = field(default_factory=dict)
+    events: tuple[NodeNotice, ...] = ()
+
+
 @dataclass(slots=True)
 class NodeResult:
     """Outputs plus which outgoing edge handles to follow (None: the success edges)."""
@@ -202,6 +225,9 @@ class NodeResult:
     breaks: bool = False
     # The knowledge the node answered from (`message_end`'s retriever resources).
     retriever_resources: tuple[Mapping[str, Any], ...] = ()
+    # The run pauses here instead (`Pause`): the node has not finished, and the
+    # other fields are ignored.
+    pause: Pause | None = None
 
 
 # ---- containers (iteration, loop): what they tell the engine, round by round

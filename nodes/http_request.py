@@ -403,6 +403,15 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     return NodeResult(outputs=_outputs(reply, ctx), process_data=process_data)
 
 
+# RFC 9110's idempotent methods: sending one twice has the effect of sending it once.
+_IDEMPOTENT = frozenset({"get", "head", "options", "put", "delete"})
+
+
+def repeatable(data: Data) -> bool:
+    """A POST or PATCH request is not sent twice by a resumed run."""
+    return data.method.lower() in _IDEMPOTENT
+
+
 SPEC = NodeSpec(
     type="http-request",
     data_model=Data,
@@ -410,4 +419,5 @@ SPEC = NodeSpec(
     selectors=selectors,
     output_names=output_names,
     supports_retry=True,
+    repeatable=repeatable,
 )

@@ -18,6 +18,7 @@ from firstgate.nodes import (
     document_extractor,
     end,
     http_request,
+    human_input,
     if_else,
     iteration,
     knowledge_retrieval,
@@ -59,6 +60,7 @@ SPECS: tuple[NodeSpec, ...] = (
     loop.SPEC,
     round_start.SPEC,
     loop_end.SPEC,
+    human_input.SPEC,
     trigger_webhook.SPEC,
     trigger_schedule.SPEC,
 )
@@ -80,7 +82,6 @@ NODE_TYPES: dict[str, NodeSpec] = _by_name(SPECS)
 # with one message per such node, naming the type and the node.
 KNOWN_UNSUPPORTED: frozenset[str] = frozenset(
     {
-        "human-input",
         "datasource",
         "knowledge-index",
         "trigger-plugin",

@@ -47,6 +47,10 @@ def _no_needs(data: Any) -> Needs:
     return NO_NEEDS
 
 
+def _repeatable(data: Any) -> bool:
+    return True
+
+
 def _never_runs(data: Any, ctx: NodeContext) -> NodeResult:
     """A round start's `run`: the engine takes its edges without running it."""
     raise RuntimeError("a round start never runs")
@@ -78,6 +82,10 @@ class NodeSpec:
     inline: bool = False
     # Containers: how their rounds go.
     container: ContainerSpec | None = None
+    # Whether running it twice is harmless. A run resumed after a crash runs its
+    # in-flight nodes again (at least once); one that says False (a POST request,
+    # a tool, code) fails the resumed run instead of repeating its effect.
+    repeatable: Callable[[Any], bool] = _repeatable
     # A root node: what it makes of the run's inputs (the start node checks its
     # declared variables, a trigger what its trigger hands over), given the
     # app's upload config; raises the node's `InputError`s.
@@ -87,6 +95,10 @@ class NodeSpec:
     # A trigger (webhook, schedule): a root that something outside starts, never
     # beside a start node, only in a workflow app.
     trigger: bool = False
+    # Whether running it twice is harmless. A run resumed after a crash runs its
+    # in-flight nodes again (at least once); one that says False (a POST request,
+    # a tool, code) fails the resumed run instead of repeating its effect.
+    repeatable: Callable[[Any], bool] = _repeatable
     # How many nodes of this type one workflow may hold (None: any number);
     # the loader refuses the first one past it.
     most_per_workflow: int | None = None

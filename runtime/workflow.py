@@ -20,13 +20,26 @@ from firstgate.nodes import start
 from firstgate.nodes.base import Role
 from firstgate.nodes.templates.jinja import reserve_templates
 from firstgate.runtime.dsl.graph import Graph, NodeDef
-from firstgate.runtime.execution.engine import WorkflowRun
+from firstgate.runtime.execution.checkpoint import (
+    PAUSED,
+    RUNNING,
+    Checkpointer,
+    CheckpointError,
+    Resolved,
+    Snapshot,
+    check_graph,
+    decode,
+)
+from firstgate.runtime.execution.checkpoint import read as read_checkpoint
+from firstgate.runtime.execution.engine import Resume, WorkflowRun
 from firstgate.runtime.execution.environment import EnvVar
 from firstgate.runtime.execution.events import CHAT_MODE
 from firstgate.runtime.execution.resources import RunResources
-from firstgate.runtime.execution.session import RunOptions, open_session
+from firstgate.runtime.execution.session import RunOptions, RunSession, open_session
 from firstgate.runtime.loader import collector_paused, load_document
 from firstgate.runtime.models.routes import RouteError
+from firstgate.store.base import CheckpointRecord
+from firstgate.store.relational import owner_token
 
 if TYPE_CHECKING:
     from firstgate.runtime.dsl.app_modes import EasyApp
@@ -84,6 +97,9 @@ class Workflow:
     warnings: list[Any] = field(default_factory=list)
     warned: bool = field(default=False, repr=False, compare=False)
     _root_graphs: dict[str, Graph] = field(default_factory=dict, repr=False, compare=False)
+    # The hash of the app's graph and variables (what `workflow_id` is made from):
+    # a checkpoint taken under another is refused.
+    graph_hash: str = ""
 
     def __post_init__(self) -> None:
         if self.templates:
@@ -249,17 +265,147 @@ class Workflow:
             raise start.InputError("dsl.input.filesDisabled")
         session.attach_files(self.file_upload.rules, self.file_upload.limit)
         session.note_input_files(values)
+        return self._engine(graph, values, options, resources, session, owned, None, None)
+
+    def _engine(
+        self,
+        graph: Graph,
+        values: dict[str, Any],
+        options: RunOptions,
+        resources: RunResources,
+        session: RunSession,
+        owned: ExitStack,
+        resume: Resume | None,
+        record: CheckpointRecord | None,
+    ) -> WorkflowRun:
+        store = session.store
+        checkpointer = None
+        if store is not None:
+            lease = _checkpoint_lease(options)
+            # A resumed run goes on under the hold its claim took.
+            owner = record.owner if record is not None and record.owner else owner_token()
+            checkpointer = Checkpointer(store, owner=owner, lease_seconds=lease)
+            if record is not None:
+                checkpointer.resumed(record)
         return WorkflowRun(
             graph,
             values,
             session=session,
             resources=resources,
-            providers=providers,
+            providers=self.llm_providers(),
             limits=options.limits,
             max_workers=options.max_workers,
             warm_code_executor=self.uses_code_executor(),
             owned=owned,
+            graph_hash=self.graph_hash,
+            checkpointer=checkpointer,
+            durability=options.durability,
+            batch_ms=options.durability_batch_ms,
+            resume=resume,
         )
+
+    def resume(
+        self,
+        source: Snapshot | str,
+        options: RunOptions | None = None,
+        resources: RunResources | None = None,
+        *,
+        resolved: Mapping[str, Resolved] | None = None,
+        settings: RuntimeSettings | None = None,
+        take_over: bool = False,
+    ) -> WorkflowRun:
+        """Go on with a run from its checkpoint: `source` is a run id (its latest
+        checkpoint, read from the resources' store and taken there, so that one
+        process resumes it) or a `Snapshot` (`WorkflowRun.checkpoint`). The run keeps
+        its run, task, conversation and message ids, its event positions go on, and
+        each paused node named in `resolved` finishes with its `Resolved` outputs and
+        takes its handle's edge; the others stay paused.
+
+        `options` give the environment, limits, workers and durability (the run's
+        own ids, inputs and query come from the checkpoint). Raises CheckpointError
+        for a run with no checkpoint (finished, stopped, unknown), one taken under
+        another graph (`graph_hash`), one another process holds, or a `resolved`
+        node that is not paused. `take_over`: the caller holds the run by other
+        means (serve's broker lease), so the store's holder is not asked.
+        """
+        options = options or RunOptions()
+        resolved = dict(resolved or {})
+        owned = ExitStack()
+        try:
+            if resources is None:
+                resources = owned.enter_context(RunResources.open(settings, loader=load_workflow))
+            elif settings is not None:
+                raise TypeError("settings come with the resources: RunResources.open(settings)")
+            return self._resume(source, options, resources, resolved, owned, take_over)
+        except BaseException:
+            owned.close()
+            raise
+
+    def _resume(
+        self,
+        source: Snapshot | str,
+        options: RunOptions,
+        resources: RunResources,
+        resolved: dict[str, Resolved],
+        owned: ExitStack,
+        take_over: bool,
+    ) -> WorkflowRun:
+        store = resources.store if options.recorded else None
+        record: CheckpointRecord | None = None
+        if isinstance(source, str):
+            if store is None:
+                raise CheckpointError("errors.checkpoint.noStore", run=source)
+            snapshot, record = read_checkpoint(store, source)
+        else:
+            snapshot = source
+        check_graph(snapshot, self.graph_hash, self.name)
+        paused = snapshot.paused_nodes()
+        for node_id in resolved:
+            if node_id not in paused:
+                raise CheckpointError(
+                    "errors.checkpoint.notPaused",
+                    run=snapshot.run.workflow_run_id,
+                    node=node_id,
+                    paused=", ".join(paused) or "-",
+                )
+        self.check_plugin_daemon(resources.settings)
+        resources.check_routes(self.llm_providers())
+        if store is not None:
+            record = store.claim_checkpoint(
+                snapshot.run.workflow_run_id,
+                owner=owner_token(),
+                lease_seconds=_checkpoint_lease(options),
+                statuses=(PAUSED, RUNNING),
+                take_over=take_over,
+            )
+            if record is None:
+                raise CheckpointError("errors.checkpoint.busy", run=snapshot.run.workflow_run_id)
+        info = snapshot.run.info()
+        options = replace(
+            options,
+            query=snapshot.query,
+            conversation_id=info.conversation_id,
+            user_id=info.user_id,
+            run_id=info.workflow_run_id,
+            task_id=info.task_id,
+            root=snapshot.root,
+        )
+        seconds = options.limits.max_run_seconds
+        lease = seconds + _LEASE_MARGIN_S if seconds else _UNLIMITED_LEASE_S
+        session = open_session(self, options, store=store, lease_seconds=lease, info=info)
+        owned.callback(session.close)
+        session.started_at = snapshot.started_at
+        inputs = decode(snapshot.inputs)
+        session.note_input_files(inputs)
+        resume = Resume(snapshot, resolved, parts_written=record is not None)
+        graph = self.graph_from(snapshot.root)
+        return self._engine(graph, inputs, options, resources, session, owned, resume, record)
+
+
+def _checkpoint_lease(options: RunOptions) -> float:
+    """How long a run's hold on its checkpoint lasts without a newer checkpoint."""
+    seconds = options.limits.max_run_seconds
+    return seconds + _LEASE_MARGIN_S if seconds else _UNLIMITED_LEASE_S
 
 
 def load_workflow(
@@ -333,7 +479,9 @@ def declarations(document: Document, stem: str | None = None) -> dict[str, Any]:
         sort_keys=True,
         default=str,
     )
+    digest = hashlib.sha256(content.encode()).hexdigest()
     return {
+        "graph_hash": digest,
         "environment_variables": [
             EnvVar(v.name, v.value_type, v.value) for v in section.environment_variables
         ],
@@ -344,5 +492,5 @@ def declarations(document: Document, stem: str | None = None) -> dict[str, Any]:
         "show_retriever_resources": section.features.retriever_resource.enabled,
         "upload_config": dict(upload.fileUploadConfig),
         "app_id": derive_app_id(document.app.mode, document.app.name, stem),
-        "workflow_id": _derived_id("workflow", hashlib.sha256(content.encode()).hexdigest()),
+        "workflow_id": _derived_id("workflow", digest),
     }

@@ -35,6 +35,7 @@ from firstgate.serve.errors import (
     unauthorized,
 )
 from firstgate.serve.file_links import FileLinks, preview_headers
+from firstgate.serve.human_input import HumanInputApi
 from firstgate.serve.launch import RunRequest
 from firstgate.serve.records import RecordsApi, conversation
 from firstgate.serve.runs import EventSource, RunHandle, Runs
@@ -94,6 +95,9 @@ CONSOLE_KEYS = (
     "console.steps",
     "console.noRuns",
     "console.tokens",
+    "console.form.expires",
+    "console.form.sent",
+    "console.form.failed",
 )
 # The runtime's words the console shows itself, in the browser's language: what a
 # wait and a fallback decision say (their events carry the key and the params).
@@ -184,6 +188,8 @@ def _rules() -> Map:
             Rule("/v1/end-users/<end_user>", endpoint="end_user", methods=["GET"]),
             Rule("/v1/files/<upload_id>/preview", endpoint="file_preview", methods=["GET"]),
             Rule("/v1/audio-to-text", endpoint="audio_to_text", methods=["POST"]),
+            Rule("/v1/form/human_input/<token>", endpoint="get_form", methods=["GET"]),
+            Rule("/v1/form/human_input/<token>", endpoint="submit_form", methods=["POST"]),
             Rule("/v1/text-to-audio", endpoint="text_to_audio", methods=["POST"]),
         ],
         strict_slashes=False,
@@ -222,7 +228,7 @@ def sse(event: bytes) -> bytes:
 PING = b"event: ping\n\n"
 
 
-class ServiceApi(RecordsApi):
+class ServiceApi(RecordsApi, HumanInputApi):
     def __init__(self, context: ServeContext) -> None:
         self.context = context
         self.urls = _rules()
@@ -577,30 +583,47 @@ class ServiceApi(RecordsApi):
         or, with `Last-Event-ID` (or `last_event_id`), after the events a client saw.
         Each frame carries its position as the SSE `id`, so a client that reconnects
         with the last one it saw resumes without a loss or a repeat. A finished run
-        whose events are no longer kept is its `workflow_finished` alone (Dify)."""
+        whose events are no longer kept is its `workflow_finished` alone (Dify).
+
+        A paused run's stream ends at `workflow_paused` unless `continue_on_pause`
+        (then it goes on through the resumption, pause after pause);
+        `include_state_snapshot` first replays a `node_finished` for each node the
+        run finished where its earlier events are not kept here (it paused in
+        another process, or before a restart)."""
         user = request.args.get("user") or ""
         if not user:
             raise invalid_param("serve.error.input", error="user")
         last = request.headers.get("Last-Event-ID") or request.args.get("last_event_id") or "0"
         if not (last.isascii() and last.isdigit()) or len(last) > 9:  # `²` is a digit to isdigit
             raise invalid_param("serve.error.input", error="Last-Event-ID")
+        through = _flag(request, "continue_on_pause")
+        snapshot = _flag(request, "include_state_snapshot")
         runs = self.context.runs
         handle = runs.by_run_id(run_id) or runs.get(run_id)
         if handle is not None and handle.app_id == app.workflow.app_id and handle.user == user:
             after = int(last)
-            return self._event_stream(
-                handle.stream.follow(self.context.ping_interval, after), after
-            )
+            first = getattr(handle.stream, "first", 0)
+            replay: list[bytes] = []
+            if snapshot and after < first:
+                record = self.context.store.run(handle.workflow_run_id)
+                replay = [dump_json(e) for e in _snapshot_events(record, handle.task_id)]
+                after = first
+            live = handle.stream.follow(self.context.ping_interval, after, through_pauses=through)
+            return self._event_stream(itertools.chain(replay, live), after - len(replay))
         record = self.context.store.run(run_id)
         if record is None or record.app_id != app.workflow.app_id or record.user_id != user:
             raise not_found("serve.error.noRun")
-        finished = {
-            "event": "workflow_finished",
-            "workflow_run_id": record.id,
-            "task_id": record.id,
-            "data": _run_record(record),
-        }
-        return self._event_stream(iter([dump_json(finished)]))
+        events = _snapshot_events(record, record.id) if snapshot else []
+        closing = "workflow_paused" if record.status == "paused" else "workflow_finished"
+        events.append(
+            {
+                "event": closing,
+                "workflow_run_id": record.id,
+                "task_id": record.id,
+                "data": _run_record(record),
+            }
+        )
+        return self._event_stream(iter([dump_json(e) for e in events]))
 
     def _event_stream(self, events: Iterator[bytes | None], first: int = 0) -> Response:
         def frames() -> Iterator[bytes]:
@@ -707,6 +730,42 @@ def _wait(stream: EventSource) -> list[dict[str, Any]]:
     return stream.events()
 
 
+def _flag(request: Request, name: str) -> bool:
+    return (request.args.get(name) or "").strip().lower() in ("1", "true", "yes")
+
+
+def _snapshot_events(record: RunRecord | None, task_id: str) -> list[dict[str, Any]]:
+    """A `node_finished` per node execution the store has of the run (Dify's
+    `include_state_snapshot` replay)."""
+    if record is None:
+        return []
+    return [
+        {
+            "event": "node_finished",
+            "workflow_run_id": record.id,
+            "task_id": task_id,
+            "data": {
+                "id": node.id,
+                "node_id": node.node_id,
+                "node_type": node.node_type,
+                "title": node.title,
+                "index": node.index,
+                "predecessor_node_id": node.predecessor_node_id,
+                "inputs": node.inputs,
+                "process_data": node.process_data,
+                "outputs": node.outputs,
+                "status": node.status,
+                "error": node.error,
+                "elapsed_time": node.elapsed_time,
+                "execution_metadata": node.execution_metadata,
+                "created_at": int(node.created_at),
+                "finished_at": int(node.finished_at),
+            },
+        }
+        for node in sorted(record.nodes, key=lambda n: n.index)
+    ]
+
+
 def _run_record(record: RunRecord) -> dict[str, Any]:
     return {
         "id": record.id,
@@ -728,7 +787,8 @@ def _find(events: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
 
 
 def workflow_reply(handle: RunHandle, events: list[dict[str, Any]]) -> dict[str, Any]:
-    finished = _find(events, "workflow_finished")
+    # A run that paused at a human-input node replies with where it stands.
+    finished = _find(events, "workflow_finished") or _find(events, "workflow_paused")
     if finished is None:
         raise ApiError(500, "internal_server_error", "serve.error.internal")
     return {
@@ -739,7 +799,8 @@ def workflow_reply(handle: RunHandle, events: list[dict[str, Any]]) -> dict[str,
 
 
 def chat_reply(handle: RunHandle, app: App, events: list[dict[str, Any]]) -> dict[str, Any]:
-    ended = _find(events, "message_end")
+    # A turn paused at a human-input node replies with the answer so far.
+    ended = _find(events, "message_end") or _find(events, "workflow_paused")
     if ended is None:
         failure = _find(events, "error") or {}
         raise ApiError(

@@ -71,12 +71,21 @@ def _serve_parser():  # type: ignore[no-untyped-def]
         "(default: %(default)g)",
     )
     parser.add_argument(
+        "--form-sweep-interval",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="how often human-input forms past their deadline are looked for; they are "
+        "also looked for at start-up (default: %(default)g)",
+    )
+    parser.add_argument(
         "--no-access-log",
         dest="access_log",
         action="store_false",
         help="write no line per request on stderr (default: one per request)",
     )
     parser.add_argument("--locale", help="language of messages (default: from LANG)")
+    _add_durability_arguments(parser)
     _add_connection_arguments(parser)
     _add_broker_arguments(parser, required=False)
     return parser
@@ -192,6 +201,25 @@ def _add_broker_arguments(parser, *, required: bool) -> None:  # type: ignore[no
     )
 
 
+def _add_durability_arguments(parser) -> None:  # type: ignore[no-untyped-def]
+    from firstgate.runtime.execution.checkpoint import DEFAULT_BATCH_MS, Durability
+
+    parser.add_argument(
+        "--durability",
+        choices=[d.value for d in Durability],
+        default=Durability.BATCHED.value,
+        help="when a run's state reaches the store: after every node, batched (the default), "
+        "or at the end only; a run resumes after a crash from its last checkpoint",
+    )
+    parser.add_argument(
+        "--durability-ms",
+        type=int,
+        default=DEFAULT_BATCH_MS,
+        metavar="MS",
+        help="batched durability: at most one commit a run every MS (default: %(default)s)",
+    )
+
+
 def _add_settings_argument(parser) -> None:  # type: ignore[no-untyped-def]
     parser.add_argument(
         "--models",
@@ -242,6 +270,7 @@ def serve_main(argv: Sequence[str]) -> int:
     from pathlib import Path
 
     from firstgate.locales.localized_error import LocalizedError
+    from firstgate.runtime.execution.checkpoint import Durability
     from firstgate.serve.connection_limits import ConnectionLimits
     from firstgate.serve.distributed.settings import require_shared_store
     from firstgate.serve.server import ServeConfig, serve_forever
@@ -277,6 +306,9 @@ def serve_main(argv: Sequence[str]) -> int:
                 max_connections=args.max_connections,
             ),
             access_log=args.access_log,
+            form_sweep_s=args.form_sweep_interval,
+            durability=Durability(args.durability),
+            durability_ms=args.durability_ms,
         )
         return serve_forever(config)
     except LocalizedError as exc:
@@ -319,6 +351,7 @@ def _worker_parser():  # type: ignore[no-untyped-def]
         help="the address --metrics-port listens on (default: %(default)s)",
     )
     parser.add_argument("--locale", help="language of messages (default: from LANG)")
+    _add_durability_arguments(parser)
     _add_broker_arguments(parser, required=True)
     return parser
 
@@ -326,6 +359,7 @@ def _worker_parser():  # type: ignore[no-untyped-def]
 def worker_main(argv: Sequence[str]) -> int:
     _patch_for_gevent()
     from firstgate.locales.localized_error import LocalizedError
+    from firstgate.runtime.execution.checkpoint import Durability
     from firstgate.serve.distributed.run_worker import run_worker
     from firstgate.serve.distributed.settings import require_shared_store
 
@@ -344,6 +378,8 @@ def worker_main(argv: Sequence[str]) -> int:
             settings=settings,
             concurrency=args.concurrency,
             locale=locale,
+            durability=Durability(args.durability),
+            durability_ms=args.durability_ms,
             metrics_address=None
             if args.metrics_port is None
             else (args.metrics_host, args.metrics_port),

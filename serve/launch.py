@@ -12,13 +12,20 @@ is one of Dify's errors (`ApiError`), mapped here once.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.start import InputError
+from firstgate.runtime import human_input
+from firstgate.runtime.execution.checkpoint import (
+    DEFAULT_BATCH_MS,
+    CheckpointError,
+    Durability,
+    Resolved,
+)
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.environment import EnvVarError
 from firstgate.runtime.execution.limits import RunLimits
@@ -29,7 +36,7 @@ from firstgate.serve import uploads
 from firstgate.serve.apps import App
 from firstgate.serve.errors import ApiError, invalid_param, not_found
 from firstgate.serve.file_links import FileLinks
-from firstgate.store.base import TRIGGERED_APP_RUN, Store, StoreError
+from firstgate.store.base import TRIGGERED_APP_RUN, FormRecord, Store, StoreError
 
 
 def _new_id() -> str:
@@ -67,6 +74,8 @@ class Launcher:
     resources: RunResources
     links: FileLinks
     limits: RunLimits | None = None  # None: the engine's defaults
+    durability: Durability = Durability.BATCHED
+    durability_ms: int = DEFAULT_BATCH_MS
 
     @property
     def store(self) -> Store:
@@ -107,10 +116,41 @@ class Launcher:
                 run_id=request.workflow_run_id,
                 task_id=request.task_id,
                 root=request.root,
+                durability=self.durability,
+                durability_batch_ms=self.durability_ms,
                 triggered_from=request.triggered_from,
                 traceparent=request.traceparent,
             )
             return app.workflow.run(inputs, options, self.resources)
+
+    def resume(
+        self,
+        app: App,
+        run_id: str,
+        *,
+        resolved: Mapping[str, Resolved] | None = None,
+        take_over: bool = False,
+    ) -> WorkflowRun:
+        """Go on with run `run_id` from its checkpoint (ApiError when it cannot:
+        no checkpoint, a changed app, held elsewhere). `take_over`: the caller holds
+        the run by other means (a broker's lease), whoever the store says holds it."""
+        with start_errors():
+            options = RunOptions(
+                limits=self.limits or RunLimits(),
+                durability=self.durability,
+                durability_batch_ms=self.durability_ms,
+            )
+            return app.workflow.resume(
+                run_id, options, self.resources, resolved=resolved, take_over=take_over
+            )
+
+    def has_checkpoint(self, run_id: str) -> bool:
+        return self.store.checkpoint(run_id) is not None
+
+    def resume_form(self, app: App, form: FormRecord) -> WorkflowRun:
+        """The paused run of a closed human-input form, resumed here with the
+        node's outputs and branch (ApiError when it cannot be)."""
+        return self.resume(app, form.workflow_run_id, resolved=human_input.resolved_for(form))
 
 
 @contextmanager
@@ -129,6 +169,8 @@ def _api_error(exc: LocalizedError) -> ApiError:
         return ApiError(400, "provider_not_initialize", "serve.error.provider", error=exc.render())
     if isinstance(exc, EnvVarError):
         return ApiError(400, "app_unavailable", "serve.error.app", error=exc.render())
+    if isinstance(exc, CheckpointError):
+        return ApiError(400, "invalid_param", exc.message_key, **exc.params)
     if isinstance(exc, StoreError):
         if exc.message_key == "errors.store.foreignConversation":
             return not_found("serve.error.noConversation")

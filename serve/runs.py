@@ -16,22 +16,25 @@ early.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from firstgate.locales import t
+from firstgate.runtime.execution.checkpoint import PAUSED, RUNNING, CheckpointError
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.serve.apps import App
-from firstgate.serve.errors import dump_json
+from firstgate.serve.errors import ApiError, dump_json
 from firstgate.serve.launch import Launcher, RunRequest
 from firstgate.serve.timeline import TimelineRecorder
+from firstgate.store.base import FormRecord, Store
 
 log = logging.getLogger("firstgate.serve")
 
@@ -52,14 +55,21 @@ class EventSource(ABC):
     @abstractmethod
     def ended(self) -> bool: ...
 
-    def follow(self, idle: float, after: int = 0) -> Iterator[bytes | None]:
+    def follow(
+        self, idle: float, after: int = 0, *, through_pauses: bool = False
+    ) -> Iterator[bytes | None]:
         """Every event from position `after` until the end; None each time `idle`
-        seconds pass without one."""
+        seconds pass without one. A paused run's stream stays open for its
+        resumption: a reader stops at `workflow_paused` unless `through_pauses`
+        (Dify's `continue_on_pause`)."""
         seen = after
         while True:
             batch, ended = self.read(seen, idle)
             seen += len(batch)
-            yield from batch
+            for event in batch:
+                yield event
+                if not through_pauses and is_pause(event):
+                    return
             if ended:
                 return
             if not batch:
@@ -71,6 +81,14 @@ class EventSource(ABC):
         return [json.loads(e) for e in batch]
 
 
+_PAUSED = b'{"event": "workflow_paused"'
+
+
+def is_pause(event: bytes) -> bool:
+    """Whether an encoded event is `workflow_paused` (the envelope's first key)."""
+    return event.startswith(_PAUSED)
+
+
 class EventStream(EventSource):
     """One run's events, in order, readable from any index.
 
@@ -79,7 +97,10 @@ class EventStream(EventSource):
     and, unlike nested dicts, nothing the garbage collector has to walk while
     thousands of runs are kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: int = 0) -> None:
+        # A run resumed in another process than the one it paused in: its stream
+        # here starts at the position it paused at (the earlier events are gone).
+        self._first = first
         self._events: list[bytes] = []
         self._ended = False
         self._changed = threading.Condition()
@@ -103,10 +124,15 @@ class EventStream(EventSource):
         return self._ended
 
     def read(self, after: int, timeout: float) -> tuple[list[bytes], bool]:
+        index = max(0, after - self._first)
         with self._changed:
-            if len(self._events) <= after and not self._ended:
+            if len(self._events) <= index and not self._ended:
                 self._changed.wait(timeout)
-            return self._events[after:], self._ended
+            return self._events[index:], self._ended
+
+    @property
+    def first(self) -> int:
+        return self._first
 
 
 @dataclass(slots=True)
@@ -137,10 +163,17 @@ class Runs(ABC):
     """The runs the HTTP side starts, follows and stops, wherever they execute."""
 
     accepting: bool
+    # Whether `resume_form` can resume a paused run (checked before a form is
+    # closed, so that a submit it cannot act on leaves the form open).
+    resumes_forms: bool = False
 
     @abstractmethod
     def start(self, app: App, request: RunRequest) -> RunHandle:
         """Start (or queue) a run; ApiError when it cannot start."""
+
+    def resume_form(self, app: App, form: FormRecord) -> None:
+        """Resume the paused run of a closed human-input form (`runtime/human_input.py`)."""
+        raise ApiError(501, "not_implemented", "serve.error.resumeOnWorkers")
 
     @abstractmethod
     def get(self, task_id: str) -> RunHandle | None: ...
@@ -185,23 +218,41 @@ class ThreadExecutor(Executor):
 
     def execute(self, run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -> None:
         threading.Thread(
-            target=drain_run, args=(run, stream, on_end), name=f"run-{run.run_id}", daemon=True
+            target=drain_run,
+            args=(run, stream, on_end),
+            kwargs={"open_while_paused": True},
+            name=f"run-{run.run_id}",
+            daemon=True,
         ).start()
 
 
 # The event after which a run sends nothing more (the engine may still be
 # cleaning up: worker threads, connections); its stream ends right there.
 def _last_event(run: WorkflowRun) -> tuple[str, ...]:
-    return ("message_end", "error") if run.info.chat else ("workflow_finished",)
+    # A paused run's stream ends with `workflow_paused` (chatflows too: no message_end).
+    if run.info.chat:
+        return ("message_end", "error", "workflow_paused")
+    return ("workflow_finished", "workflow_paused")
 
 
-def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -> None:
+def drain_run(
+    run: WorkflowRun,
+    stream: EventSink,
+    on_end: Callable[[], None],
+    *,
+    open_while_paused: bool = False,
+) -> None:
     """Publish every event of `run` into `stream`, end the stream with the run's last
-    event, then call `on_end` (after the engine's own clean-up). The run's timeline
-    (`serve/timeline.py`) goes to its store just before that last event."""
+    event, then call `on_end` (after the engine's own clean-up). A run that
+    paused leaves its stream open when `open_while_paused` (its resumption
+    publishes into the same stream, positions going on). The run's timeline
+    (`serve/timeline.py`) goes to its store just before that last event; a
+    resumed run's goes on from what was kept before its pause."""
     last = _last_event(run)
+    if open_while_paused:
+        last = tuple(name for name in last if name != "workflow_paused")
     store = run.session.store  # where the run is recorded; its timeline goes with it
-    timeline = TimelineRecorder()
+    timeline = TimelineRecorder(prior=store.timeline(run.run_id) if store is not None else None)
     kept = False
     try:
         for event in run:
@@ -219,8 +270,22 @@ def drain_run(run: WorkflowRun, stream: EventSink, on_end: Callable[[], None]) -
         log.exception("run %s failed outside the engine", run.run_id)
         stream.publish(_internal_error(run))
     finally:
-        stream.end()
+        if not (open_while_paused and run.status == PAUSED):
+            stream.end()
         on_end()
+
+
+def _give_up(store: Store, run_id: str, reason: str) -> None:
+    """An interrupted run that cannot be resumed ends `failed`, saying why."""
+    log.warning("run %s cannot be resumed: %s", run_id, reason)
+    known = store.run(run_id)
+    if known is not None and known.status in (RUNNING, PAUSED):
+        store.record_run(
+            dataclasses.replace(
+                known, status="failed", error=reason, finished_at=time.time(), nodes=(), files=()
+            )
+        )
+    store.delete_checkpoint(run_id)
 
 
 def _internal_error(run: WorkflowRun) -> dict[str, Any]:
@@ -270,6 +335,78 @@ class RunManager(Runs):
             self._active += 1
         self.executor.execute(run, handle.stream, lambda: self._ended(handle))
         return handle
+
+    resumes_forms = True
+
+    def resume_form(self, app: App, form: FormRecord) -> None:
+        run = self.launcher.resume_form(app, form)
+        info = run.info
+        with self._lock:
+            task_id = self._by_run_id.get(info.workflow_run_id)
+            handle = self._runs.get(task_id) if task_id else None
+            if handle is None or handle.stream.ended:
+                # Paused in another process (or long ago): a stream from here on.
+                handle = RunHandle(
+                    task_id=info.task_id,
+                    workflow_run_id=info.workflow_run_id,
+                    app_stem=app.stem,
+                    app_id=info.app_id,
+                    user=info.user_id,
+                    chat=info.chat,
+                    stream=EventStream(first=run.position),
+                    stop=run.abort,
+                )
+                self._runs[handle.task_id] = handle
+                self._by_run_id[handle.workflow_run_id] = handle.task_id
+            else:
+                handle.stop = run.abort
+            self._active += 1
+        stream = handle.stream
+        assert isinstance(stream, EventStream)
+        self.executor.execute(run, stream, lambda: self._ended(handle))
+
+    def adopt(self, app: App, run: WorkflowRun, user: str) -> RunHandle:
+        """Execute an already started `run` here (one resumed from its checkpoint)."""
+        info = run.info
+        handle = RunHandle(
+            task_id=info.task_id,
+            workflow_run_id=info.workflow_run_id,
+            app_stem=app.stem,
+            app_id=info.app_id,
+            user=user,
+            chat=info.chat,
+            stream=EventStream(),
+            stop=run.abort,
+        )
+        with self._lock:
+            self._runs[handle.task_id] = handle
+            self._by_run_id[handle.workflow_run_id] = handle.task_id
+            self._active += 1
+        self.executor.execute(run, handle.stream, lambda: self._ended(handle))
+        return handle
+
+    def resume_interrupted(self, apps: Mapping[str, App]) -> list[str]:
+        """Runs that were running when this server last stopped (their checkpoint
+        says running and nobody holds it): resumed here from their checkpoint, or
+        ended `failed` with the reason when that cannot be (their app changed or
+        is gone). Paused runs wait for whoever resumes them. The ids resumed."""
+        store = self.launcher.store
+        by_app = {app.workflow.app_id: app for app in apps.values()}
+        resumed: list[str] = []
+        for record in store.checkpoints(RUNNING):
+            app = by_app.get(record.app_id)
+            try:
+                if app is None:
+                    raise CheckpointError("errors.checkpoint.appGone", run=record.run_id)
+                run = self.launcher.resume(app, record.run_id)
+            except (ApiError, CheckpointError) as error:
+                if error.message_key == "errors.checkpoint.busy":
+                    continue  # another process holds it (it is not an interrupted run)
+                _give_up(store, record.run_id, str(error))
+                continue
+            self.adopt(app, run, run.info.user_id)
+            resumed.append(record.run_id)
+        return resumed
 
     def _ended(self, handle: RunHandle) -> None:
         # Let the run go: a finished handle keeps its events, not the engine's

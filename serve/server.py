@@ -28,6 +28,7 @@ from pathlib import Path
 
 from firstgate.common import metrics
 from firstgate.locales import t
+from firstgate.runtime.execution.checkpoint import DEFAULT_BATCH_MS, Durability
 from firstgate.runtime.execution.limits import RunLimits
 from firstgate.runtime.execution.resources import RunResources
 from firstgate.runtime.settings import RuntimeSettings
@@ -38,6 +39,8 @@ from firstgate.serve.apps import AppDirectory, load_directory
 from firstgate.serve.connection_limits import ConnectionLimits
 from firstgate.serve.distributed.settings import DistributedSettings, queue_depth
 from firstgate.serve.file_links import FileLinks, files_base_url
+from firstgate.serve.form_deadlines import DEFAULT_INTERVAL_S as DEFAULT_FORM_SWEEP_S
+from firstgate.serve.form_deadlines import FormDeadlines
 from firstgate.serve.launch import Launcher
 from firstgate.serve.runs import RunManager, Runs
 from firstgate.serve.schedules import Scheduler, schedules
@@ -72,8 +75,13 @@ class ServeConfig:
     # Where file links point (Dify's FILES_URL); None: the address served on.
     files_url: str | None = None
     access_log: bool = True  # a line per request on stderr (serve/access_log.py)
+    # How often forms past their deadline are looked for (serve/form_deadlines.py).
+    form_sweep_s: float = DEFAULT_FORM_SWEEP_S
     # Dify's WEBHOOK_REQUEST_BODY_MAX_SIZE: the most a webhook call's body may carry.
     webhook_max_body: int = DEFAULT_MAX_BODY
+    # When runs' state reaches the store (`--durability`, `--durability-ms`).
+    durability: Durability = Durability.BATCHED
+    durability_ms: int = DEFAULT_BATCH_MS
 
 
 def raise_open_file_limit() -> None:
@@ -101,7 +109,9 @@ def open_resources(
         loader=load_workflow,
         max_connections=MAX_ROUTE_CONNECTIONS,
     )
-    launcher = Launcher(resources, FileLinks(), config.limits)
+    launcher = Launcher(
+        resources, FileLinks(), config.limits, config.durability, config.durability_ms
+    )
     try:
         if executes_runs:
             providers = {p for app in apps.apps.values() for p in app.workflow.llm_providers()}
@@ -142,7 +152,10 @@ def build_service(
     launcher = open_resources(config, apps, executes_runs=distributed is None)
     try:
         if distributed is None:
-            runs: Runs = RunManager(launcher)
+            manager = RunManager(launcher)
+            # Runs the last server was running when it stopped go on from their checkpoints.
+            manager.resume_interrupted(apps.apps)
+            runs: Runs = manager
         else:
             from firstgate.serve.distributed.remote_runs import connect
 
@@ -231,8 +244,13 @@ def serve_forever(config: ServeConfig, environ: Mapping[str, str] | None = None)
 
     for number in (signal.SIGTERM, signal.SIGINT):
         gevent.signal_handler(number, on_signal)
+    deadlines = FormDeadlines(
+        service.context.store, service.context.runs, apps, config.form_sweep_s
+    )
     try:
+        deadlines.start()
         stopping.wait()
+        deadlines.stop()
         print(t("serve.stop.draining", config.locale, grace=config.grace), flush=True)
         service.scheduler.stop()  # no tick starts a run while the others drain
         server.close()  # stop accepting; open connections go on

@@ -60,10 +60,18 @@ def _cut(value: Any) -> Any:
 class TimelineRecorder:
     """The timeline of one run, noted as its events are published."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        prior: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """`prior`: what was kept of the run before (a run resumed after a pause):
+        its events come first and the new ones' times go on from its last."""
         self._clock = clock
         self._t0: float | None = None
-        self.events: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = list(prior or [])
+        self._offset = float(self.events[-1].get("t") or 0.0) if self.events else 0.0
         self.dropped = 0
 
     def see(self, wire: Mapping[str, Any]) -> None:
@@ -82,7 +90,7 @@ class TimelineRecorder:
         if isinstance(data, dict):
             left_out = _LEFT_OUT.get(name, ())
             kept["data"] = {k: v for k, v in data.items() if k not in left_out}
-        kept["t"] = round(now - self._t0, 4)
+        kept["t"] = round(self._offset + now - self._t0, 4)
         self.events.append(_cut(kept))
 
     def save(self, store: Store, run_id: str) -> None:

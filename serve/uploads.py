@@ -31,7 +31,7 @@ from firstgate.common.files import (
     TransferMethod,
     file_type_for,
 )
-from firstgate.nodes import trigger_webhook
+from firstgate.nodes import human_input, trigger_webhook
 from firstgate.serve.apps import App
 from firstgate.serve.errors import ApiError, invalid_param
 from firstgate.store.base import Store, UploadRecord
@@ -51,6 +51,9 @@ def upload_rules(app: App) -> list[FileRules]:
     ]
     if app.workflow.file_upload.enabled:
         rules.append(app.workflow.file_upload.rules)
+    for node in app.workflow.graph.all_nodes.values():
+        if isinstance(node.data, human_input.Data):  # a form's file inputs take uploads too
+            rules.extend(human_input.upload_rules(node.data, config))
     return rules
 
 

@@ -102,6 +102,31 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """An unfinished run's latest checkpoint, as the store keeps it. `snapshot` is
+    the runtime's versioned snapshot as JSON text (the store never reads it);
+    `status` is `running` (a worker holds it, `owner` until `lease_expires_at`)
+    or `paused` (nobody does: it waits to be resumed)."""
+
+    run_id: str
+    app_id: str
+    workflow_id: str
+    graph_hash: str
+    status: str
+    version: int
+    position: int
+    snapshot: str
+    owner: str | None = None
+    lease_expires_at: float | None = None
+    attempts: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    # Pieces of the snapshot written once and kept across checkpoints (a finished
+    # node's outputs), by name: a checkpoint writes only the new ones.
+    parts: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class MessageRecord:
     id: str
     query: str
@@ -141,6 +166,36 @@ class FeedbackRecord:
     content: str | None
     created_at: float
     updated_at: float
+
+
+# A human-input form's states: open until one submit, or its deadline, closes it.
+FORM_WAITING, FORM_SUBMITTED, FORM_TIMEOUT = "waiting", "submitted", "timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class FormRecord:
+    """A human-input form a paused run waits on, found by its token.
+
+    `definition` is what the recipient is shown and what a submit is checked
+    against (plain JSON: content, inputs, actions, defaults); `submission` the
+    values accepted with `action_id` once the form is closed by a submit."""
+
+    id: str
+    token: str
+    app_id: str
+    workflow_run_id: str
+    node_id: str
+    user_id: str
+    definition: Mapping[str, Any]
+    expires_at: float  # Unix seconds
+    created_at: float
+    status: str = FORM_WAITING
+    action_id: str | None = None
+    submission: Mapping[str, Any] | None = None
+    closed_at: float | None = None
+    # Where the run came from, for a resume that names only the token (the CLI
+    # notes its workflow file and settings file here: JSON text).
+    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +277,43 @@ class Store(ABC):
     @abstractmethod
     def record_run(self, run: RunRecord) -> None:
         """Write a workflow-mode run (no conversation) in one transaction."""
+
+    @abstractmethod
+    def save_checkpoint(
+        self,
+        checkpoint: CheckpointRecord,
+        run: RunRecord | None = None,
+        nodes: Sequence[NodeExecutionRecord] = (),
+    ) -> None:
+        """Write an unfinished run's checkpoint (replacing its last one; its `parts`
+        are added to those written before), with `run` its run row (and the node
+        executions in it), and `nodes`, in one transaction. Refused (StoreError)
+        when the run has ended or another writer holds its checkpoint."""
+
+    @abstractmethod
+    def checkpoint(self, run_id: str) -> CheckpointRecord | None: ...
+
+    @abstractmethod
+    def checkpoints(self, status: str | None = None) -> list[CheckpointRecord]:
+        """The unfinished runs' checkpoints (of one status), the oldest first."""
+
+    @abstractmethod
+    def claim_checkpoint(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        lease_seconds: float,
+        statuses: Sequence[str],
+        take_over: bool = False,
+    ) -> CheckpointRecord | None:
+        """Take a run to resume it: its checkpoint when its status is one of
+        `statuses` and nobody holds an unexpired lease on it (then it is `running`,
+        held by `owner`, its attempts counted); None otherwise. Atomic across processes.
+        `take_over`: whoever holds it now has lost it (a broker says so)."""
+
+    @abstractmethod
+    def delete_checkpoint(self, run_id: str) -> None: ...
 
     @abstractmethod
     def messages(self, conversation_id: str) -> list[MessageRecord]:
@@ -315,6 +407,11 @@ class Store(ABC):
         is looked for, ignoring case, in the inputs, the outputs and the user."""
 
     @abstractmethod
+    def recent_runs(self, *, status: str | None, limit: int) -> list[RunRecord]:
+        """The newest runs of every app (running and paused ones included), the
+        newest first, without their node executions and files."""
+
+    @abstractmethod
     def users(self, app_id: str) -> set[str]:
         """Every end user the app has seen (runs, conversations, uploads)."""
 
@@ -323,6 +420,41 @@ class Store(ABC):
 
     @abstractmethod
     def upload(self, upload_id: str) -> UploadRecord | None: ...
+
+    # ---- human-input forms
+
+    @abstractmethod
+    def add_form(self, form: FormRecord) -> None:
+        """Keep a new (waiting) form; a token or id already kept is a StoreError."""
+
+    @abstractmethod
+    def form(self, token: str) -> FormRecord | None: ...
+
+    @abstractmethod
+    def close_form(
+        self,
+        token: str,
+        *,
+        status: str,
+        now: float,
+        action_id: str | None = None,
+        submission: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Close a waiting form, atomically across processes: True for the one
+        caller that closed it. A submit (`FORM_SUBMITTED`) closes only a form
+        whose deadline is after `now`; a timeout only one whose deadline is not."""
+
+    @abstractmethod
+    def due_forms(self, now: float, limit: int = 100) -> list[FormRecord]:
+        """Waiting forms whose deadline is at or before `now`, the oldest first."""
+
+    @abstractmethod
+    def run_forms(self, workflow_run_id: str) -> list[FormRecord]:
+        """The forms of one run, oldest first."""
+
+    @abstractmethod
+    def note_form_source(self, workflow_run_id: str, source: str) -> None:
+        """Note where the run of these forms came from (`FormRecord.source`)."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -22,6 +22,7 @@ running), so a crash never leaves a conversation stuck.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -33,10 +34,14 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from firstgate.store.base import (
+    FORM_SUBMITTED,
+    FORM_WAITING,
     MESSAGE_NORMAL,
+    CheckpointRecord,
     ConversationRecord,
     FeedbackRecord,
     FileRecord,
+    FormRecord,
     HistoryTurn,
     MessageRecord,
     NodeExecutionRecord,
@@ -51,11 +56,15 @@ from firstgate.store.base import (
 )
 
 _POLL_S = 0.05  # how often a waiting turn looks at a held lease
+# The statuses of a run that has not ended (its checkpoints write them).
+_UNFINISHED = frozenset({"running", "paused"})
 # A conversation's name when the caller did not give one: its first query, cut here.
 NAME_CHARS = 50
 
 
 class Cursor(Protocol):
+    rowcount: int
+
     def fetchone(self) -> Sequence[Any] | None: ...
     def fetchall(self) -> Sequence[Sequence[Any]]: ...
 
@@ -96,7 +105,8 @@ def _load(text: str | None) -> Any:
     return json.loads(text) if text else None
 
 
-def _owner_token() -> str:
+def owner_token() -> str:
+    """Who holds a lease: this host and process (so a dead holder is seen), and a nonce."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
 
 
@@ -169,7 +179,7 @@ class RelationalStore(Store):
         lease_seconds: float,
         wait_seconds: float,
     ) -> Turn:
-        owner = _owner_token()
+        owner = owner_token()
         give_up = time.monotonic() + max(0.0, wait_seconds)
         while True:
             with self.db.transaction(leases=True) as tx:
@@ -311,11 +321,29 @@ class RelationalStore(Store):
             self._insert_run(tx, run, None)
 
     def _insert_run(self, tx: Tx, run: RunRecord, conversation_id: str | None) -> None:
+        """A run that ended: its record (over what its checkpoints wrote), and its
+        checkpoint goes. A run already recorded as ended stays as it was: a
+        process that lost its hold on the run (it hung past its lease and another
+        ended the run) changes nothing when it wakes."""
+        found = tx.execute("SELECT status FROM workflow_runs WHERE id = ?", (run.id,)).fetchone()
+        if found is not None and found[0] not in _UNFINISHED:
+            return
+        self._write_run(tx, run, conversation_id)
+        tx.execute("DELETE FROM run_checkpoint_parts WHERE run_id = ?", (run.id,))
+        tx.execute("DELETE FROM run_checkpoints WHERE run_id = ?", (run.id,))
+
+    def _write_run(self, tx: Tx, run: RunRecord, conversation_id: str | None) -> None:
+        # An upsert: a durable run's row and node executions are written while it runs.
         tx.execute(
             "INSERT INTO workflow_runs (id, app_id, workflow_id, mode, user_id, conversation_id, "
             "status, inputs, outputs, error, elapsed_time, total_tokens, total_steps, "
             "exceptions_count, created_at, finished_at, triggered_from) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET conversation_id = excluded.conversation_id, "
+            "status = excluded.status, outputs = excluded.outputs, error = excluded.error, "
+            "elapsed_time = excluded.elapsed_time, total_tokens = excluded.total_tokens, "
+            "total_steps = excluded.total_steps, exceptions_count = excluded.exceptions_count, "
+            "finished_at = excluded.finished_at",
             (
                 run.id,
                 run.app_id,
@@ -337,20 +365,170 @@ class RelationalStore(Store):
             ),
         )
         if run.nodes:
-            tx.executemany(
-                "INSERT INTO node_executions (id, workflow_run_id, idx, node_id, node_type, title, "
-                "predecessor_node_id, status, inputs, process_data, outputs, error, elapsed_time, "
-                "execution_metadata, created_at, finished_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [_node_row(run.id, node) for node in run.nodes],
-            )
+            self._write_nodes(tx, run.id, run.nodes)
         if run.files:
             tx.executemany(
                 "INSERT INTO files (id, workflow_run_id, variable, belongs_to, filename, "
                 "extension, mime_type, size, transfer_method, remote_url, path) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (workflow_run_id, id) DO NOTHING",
                 [_file_row(run.id, file) for file in run.files],
             )
+
+    def _write_nodes(self, tx: Tx, run_id: str, nodes: Sequence[NodeExecutionRecord]) -> None:
+        sql = (
+            "INSERT INTO node_executions (id, workflow_run_id, idx, node_id, node_type, title, "
+            "predecessor_node_id, status, inputs, process_data, outputs, error, elapsed_time, "
+            "execution_metadata, created_at, finished_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET status = excluded.status, "
+            "inputs = excluded.inputs, process_data = excluded.process_data, "
+            "outputs = excluded.outputs, error = excluded.error, "
+            "elapsed_time = excluded.elapsed_time, "
+            "execution_metadata = excluded.execution_metadata, "
+            "finished_at = excluded.finished_at"
+        )
+        if len(nodes) == 1:
+            tx.execute(sql, _node_row(run_id, nodes[0]))
+        else:
+            tx.executemany(sql, [_node_row(run_id, node) for node in nodes])
+
+    # ---- checkpoints
+
+    def save_checkpoint(
+        self,
+        checkpoint: CheckpointRecord,
+        run: RunRecord | None = None,
+        nodes: Sequence[NodeExecutionRecord] = (),
+    ) -> None:
+        now = time.time()
+        with self.db.transaction() as tx:
+            # The common case is one UPDATE: the row is there and held by this writer.
+            updated = tx.execute(
+                "UPDATE run_checkpoints SET status = ?, version = ?, position = ?, snapshot = ?, "
+                "owner = ?, lease_expires_at = ?, updated_at = ? "
+                "WHERE run_id = ? AND (owner IS NULL OR owner = ?)",
+                (
+                    checkpoint.status,
+                    checkpoint.version,
+                    checkpoint.position,
+                    checkpoint.snapshot,
+                    checkpoint.owner,
+                    checkpoint.lease_expires_at,
+                    now,
+                    checkpoint.run_id,
+                    checkpoint.owner,
+                ),
+            ).rowcount
+            if updated == 0:
+                self._first_checkpoint(tx, checkpoint, now)
+            for name, value in checkpoint.parts.items():
+                tx.execute(
+                    "INSERT INTO run_checkpoint_parts (run_id, part, value) VALUES (?, ?, ?) "
+                    "ON CONFLICT (run_id, part) DO UPDATE SET value = excluded.value",
+                    (checkpoint.run_id, name, value),
+                )
+            if run is not None:
+                self._write_run(tx, run, None)
+            if nodes:
+                self._write_nodes(tx, checkpoint.run_id, nodes)
+
+    def _first_checkpoint(self, tx: Tx, checkpoint: CheckpointRecord, now: float) -> None:
+        """No checkpoint row this writer may update: the run's first, unless the run
+        has ended (someone else ended it: it stays ended) or another process holds
+        it now (the INSERT then conflicts, and this writer's checkpoint fails)."""
+        found = tx.execute(
+            "SELECT status FROM workflow_runs WHERE id = ?", (checkpoint.run_id,)
+        ).fetchone()
+        if found is not None and found[0] not in _UNFINISHED:
+            raise StoreError("errors.store.runEnded", run=checkpoint.run_id, status=found[0])
+        tx.execute(
+            f"INSERT INTO run_checkpoints ({_CHECKPOINT_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                checkpoint.run_id,
+                checkpoint.app_id,
+                checkpoint.workflow_id,
+                checkpoint.graph_hash,
+                checkpoint.status,
+                checkpoint.version,
+                checkpoint.position,
+                checkpoint.snapshot,
+                checkpoint.owner,
+                checkpoint.lease_expires_at,
+                checkpoint.attempts,
+                checkpoint.created_at or now,
+                now,
+            ),
+        )
+
+    def checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        with self.db.read() as tx:
+            row = tx.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            parts = tx.execute(
+                "SELECT part, value FROM run_checkpoint_parts WHERE run_id = ?", (run_id,)
+            ).fetchall()
+        return CheckpointRecord(*row, parts={k: v for k, v in parts})
+
+    def checkpoints(self, status: str | None = None) -> list[CheckpointRecord]:
+        where, params = ("WHERE status = ?", (status,)) if status else ("", ())
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints {where} "
+                "ORDER BY created_at, run_id",
+                params,
+            ).fetchall()
+        return [CheckpointRecord(*row) for row in rows]
+
+    def claim_checkpoint(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        lease_seconds: float,
+        statuses: Sequence[str],
+        take_over: bool = False,
+    ) -> CheckpointRecord | None:
+        now = time.time()
+        with self.db.transaction(leases=True) as tx:
+            row = tx.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            found = CheckpointRecord(*row)
+            held = (
+                not take_over
+                and found.owner is not None
+                and found.owner != owner
+                and (found.lease_expires_at or 0) > now
+                and not _owner_gone(found.owner)
+            )
+            if found.status not in statuses or held:
+                return None
+            expires = now + lease_seconds
+            tx.execute(
+                "UPDATE run_checkpoints SET status = 'running', owner = ?, lease_expires_at = ?, "
+                "attempts = attempts + 1, updated_at = ? WHERE run_id = ?",
+                (owner, expires, now, run_id),
+            )
+        return dataclasses.replace(
+            found,
+            status="running",
+            owner=owner,
+            lease_expires_at=expires,
+            attempts=found.attempts + 1,
+            updated_at=now,
+        )
+
+    def delete_checkpoint(self, run_id: str) -> None:
+        with self.db.transaction() as tx:
+            tx.execute("DELETE FROM run_checkpoint_parts WHERE run_id = ?", (run_id,))
+            tx.execute("DELETE FROM run_checkpoints WHERE run_id = ?", (run_id,))
 
     def run(self, run_id: str) -> RunRecord | None:
         with self.db.read() as tx:
@@ -450,6 +628,16 @@ class RelationalStore(Store):
                 (*params, limit, (page - 1) * limit),
             ).fetchall()
         return [_run(row, (), ()) for row in rows], int(total)
+
+    def recent_runs(self, *, status: str | None, limit: int) -> list[RunRecord]:
+        where, params = ("WHERE status = ?", [status]) if status else ("", [])
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT {_RUN_COLUMNS} FROM workflow_runs {where} "
+                "ORDER BY created_at DESC, id DESC LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+        return [_run(row, (), ()) for row in rows]
 
     def users(self, app_id: str) -> set[str]:
         with self.db.read() as tx:
@@ -552,6 +740,10 @@ class RelationalStore(Store):
                 "DELETE FROM node_executions WHERE workflow_run_id IN "
                 "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
                 "DELETE FROM files WHERE workflow_run_id IN "
+                "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
+                "DELETE FROM run_checkpoint_parts WHERE run_id IN "
+                "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
+                "DELETE FROM run_checkpoints WHERE run_id IN "
                 "(SELECT id FROM workflow_runs WHERE conversation_id = ?)",
                 "DELETE FROM workflow_runs WHERE conversation_id = ?",
                 "DELETE FROM conversation_variables WHERE conversation_id = ?",
@@ -679,8 +871,120 @@ class RelationalStore(Store):
             ).fetchone()
         return UploadRecord(*row) if row else None
 
+    # ---- human-input forms
+
+    def add_form(self, form: FormRecord) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(
+                f"INSERT INTO human_input_forms ({_FORM_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    form.id,
+                    form.token,
+                    form.app_id,
+                    form.workflow_run_id,
+                    form.node_id,
+                    form.user_id,
+                    _dump(form.definition),
+                    form.status,
+                    form.expires_at,
+                    form.created_at,
+                    form.action_id,
+                    None if form.submission is None else _dump(form.submission),
+                    form.closed_at,
+                    form.source,
+                ),
+            )
+
+    def form(self, token: str) -> FormRecord | None:
+        with self.db.read() as tx:
+            row = tx.execute(
+                f"SELECT {_FORM_COLUMNS} FROM human_input_forms WHERE token = ?", (token,)
+            ).fetchone()
+        return _form(row) if row else None
+
+    def close_form(
+        self,
+        token: str,
+        *,
+        status: str,
+        now: float,
+        action_id: str | None = None,
+        submission: Mapping[str, Any] | None = None,
+    ) -> bool:
+        # One UPDATE guarded by the state and the deadline: whichever process
+        # runs it first closes the form, every later one changes nothing.
+        deadline = "expires_at > ?" if status == FORM_SUBMITTED else "expires_at <= ?"
+        with self.db.transaction() as tx:
+            row = tx.execute(
+                "UPDATE human_input_forms SET status = ?, action_id = ?, submission = ?, "
+                f"closed_at = ? WHERE token = ? AND status = ? AND {deadline} RETURNING id",
+                (
+                    status,
+                    action_id,
+                    None if submission is None else _dump(submission),
+                    now,
+                    token,
+                    FORM_WAITING,
+                    now,
+                ),
+            ).fetchone()
+        return row is not None
+
+    def due_forms(self, now: float, limit: int = 100) -> list[FormRecord]:
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT {_FORM_COLUMNS} FROM human_input_forms "
+                "WHERE status = ? AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+                (FORM_WAITING, now, limit),
+            ).fetchall()
+        return [_form(row) for row in rows]
+
+    def run_forms(self, workflow_run_id: str) -> list[FormRecord]:
+        with self.db.read() as tx:
+            rows = tx.execute(
+                f"SELECT {_FORM_COLUMNS} FROM human_input_forms "
+                "WHERE workflow_run_id = ? ORDER BY created_at",
+                (workflow_run_id,),
+            ).fetchall()
+        return [_form(row) for row in rows]
+
+    def note_form_source(self, workflow_run_id: str, source: str) -> None:
+        with self.db.transaction() as tx:
+            tx.execute(
+                "UPDATE human_input_forms SET source = ? WHERE workflow_run_id = ?",
+                (source, workflow_run_id),
+            )
+
     def close(self) -> None:
         self.db.close()
+
+
+_FORM_COLUMNS = (
+    "id, token, app_id, workflow_run_id, node_id, user_id, definition, status, expires_at, "
+    "created_at, action_id, submission, closed_at, source"
+)
+
+
+def _form(row: Sequence[Any]) -> FormRecord:
+    (form_id, token, app_id, run_id, node_id, user_id, definition, status, expires_at) = row[:9]
+    created_at, action_id, submission, closed_at, source = row[9:]
+    return FormRecord(
+        id=form_id,
+        token=token,
+        app_id=app_id,
+        workflow_run_id=run_id,
+        node_id=node_id,
+        user_id=user_id,
+        definition=_load(definition) or {},
+        expires_at=float(expires_at),
+        created_at=float(created_at),
+        status=status,
+        action_id=action_id,
+        submission=_load(submission),
+        closed_at=None if closed_at is None else float(closed_at),
+        source=source,
+    )
 
 
 _MESSAGE_COLUMNS = (
@@ -696,6 +1000,10 @@ _RUN_COLUMNS = (
 )
 _FEEDBACK_COLUMNS = (
     "message_id, app_id, conversation_id, user_id, rating, content, created_at, updated_at"
+)
+_CHECKPOINT_COLUMNS = (
+    "run_id, app_id, workflow_id, graph_hash, status, version, position, snapshot, owner, "
+    "lease_expires_at, attempts, created_at, updated_at"
 )
 _UPLOAD_COLUMNS = "id, app_id, user_id, name, size, extension, mime_type, path, created_at"
 

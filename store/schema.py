@@ -131,7 +131,54 @@ _TEMPLATES: tuple[str, ...] = (
     """
     ALTER TABLE workflow_runs ADD COLUMN triggered_from TEXT NOT NULL DEFAULT 'app-run';
     """,
-    # 5: a run's timeline (when each node event happened, what it said), for the console.
+    # 5: runs that live on their own: each unfinished run's latest checkpoint
+    # (`runtime/execution/checkpoint.py`'s snapshot, as JSON text) and who holds it.
+    """
+    CREATE TABLE run_checkpoints (
+        run_id TEXT PRIMARY KEY,
+        app_id TEXT NOT NULL,
+        workflow_id TEXT NOT NULL,
+        graph_hash TEXT NOT NULL,
+        status TEXT NOT NULL,
+        version {integer} NOT NULL,
+        position {integer} NOT NULL,
+        snapshot TEXT NOT NULL,
+        owner TEXT,
+        lease_expires_at {real},
+        attempts {integer} NOT NULL DEFAULT 0,
+        created_at {real} NOT NULL,
+        updated_at {real} NOT NULL
+    );
+    CREATE INDEX run_checkpoints_status ON run_checkpoints(status, updated_at);
+    CREATE TABLE run_checkpoint_parts (
+        run_id TEXT NOT NULL REFERENCES run_checkpoints(run_id) ON DELETE CASCADE,
+        part TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (run_id, part)
+    );
+    """,
+    # 6: human-input forms a paused run waits on (`GET`/`POST /form/human_input/{token}`).
+    """
+    CREATE TABLE human_input_forms (
+        id TEXT PRIMARY KEY,
+        token TEXT NOT NULL UNIQUE,
+        app_id TEXT NOT NULL,
+        workflow_run_id TEXT NOT NULL,
+        node_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        definition TEXT NOT NULL,
+        status TEXT NOT NULL,
+        expires_at {real} NOT NULL,
+        created_at {real} NOT NULL,
+        action_id TEXT,
+        submission TEXT,
+        closed_at {real},
+        source TEXT
+    );
+    CREATE INDEX human_input_forms_due ON human_input_forms(status, expires_at);
+    CREATE INDEX human_input_forms_run ON human_input_forms(workflow_run_id);
+    """,
+    # 7: a run's timeline (when each node event happened, what it said), for the console.
     """
     CREATE TABLE run_timelines (
         workflow_run_id TEXT PRIMARY KEY REFERENCES workflow_runs(id) ON DELETE CASCADE,

@@ -93,6 +93,12 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     return NodeResult(outputs=outputs, process_data={"inputs": inputs})
 
 
+def _never_twice(data: Any) -> bool:
+    """Its effect is outside the run (a tool call; code that may reach the network
+    through a sandbox service): a crash while it ran must not repeat it."""
+    return False
+
+
 SPEC = NodeSpec(
     type="code",
     data_model=Data,
@@ -101,4 +107,5 @@ SPEC = NodeSpec(
     output_names=output_names,
     supports_retry=True,
     needs=needs,
+    repeatable=_never_twice,
 )

@@ -421,6 +421,12 @@ def run(data: Data, ctx: NodeContext) -> NodeResult:
     )
 
 
+def _never_twice(data: Any) -> bool:
+    """Its effect is outside the run (a tool call; code that may reach the network
+    through a sandbox service): a crash while it ran must not repeat it."""
+    return False
+
+
 SPEC = NodeSpec(
     type="tool",
     data_model=Data,
@@ -429,4 +435,5 @@ SPEC = NodeSpec(
     output_names=output_names,
     supports_retry=True,
     needs=needs,
+    repeatable=_never_twice,
 )

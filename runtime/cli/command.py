@@ -1,11 +1,13 @@
 """`firstgate run FLOW.yml [--query TEXT] [--conversation ID] [--user ID]
 [--input KEY=VALUE | --input KEY=@path] [--file PATH] [--env-file PATH]
 [--state DB] [--models M.yaml] [--json] [--locale LOC] [--max-run-time S] [--max-steps N]`
+`firstgate resume TOKEN [--action ID] [--input NAME=VALUE] [--flow FLOW.yml]`
 and `firstgate validate FLOW.yml`.
 
 Exit codes: 0 succeeded or partially succeeded, 1 failed or aborted (or the
 output pipe closed), 2 invalid input (a bad flow file, models file, --input
-or limit), 130 a second Ctrl-C. User mistakes never print a traceback.
+or limit), 3 paused (the run waits for a human-input form: `firstgate
+resume`), 130 a second Ctrl-C. User mistakes never print a traceback.
 """
 
 from __future__ import annotations
@@ -18,14 +20,21 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from firstgate.common.dsl import shown
+from firstgate.common.files import FileError
 from firstgate.common.problems import DslError
 from firstgate.locales.localized_error import LocalizedError
+from firstgate.nodes.human_input import form as forms
 from firstgate.nodes.start import InputError
+from firstgate.runtime import human_input
+from firstgate.runtime.cli import human_input as hi_cli
+from firstgate.runtime.cli import runs
 from firstgate.runtime.cli.messages import render_error
 from firstgate.runtime.cli.terminal import HumanView, json_line
 from firstgate.runtime.execution import events as ev
+from firstgate.runtime.execution.checkpoint import DEFAULT_BATCH_MS, CheckpointError, Durability
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.environment import EnvVarError, read_env_file
 from firstgate.runtime.execution.limits import (
@@ -40,6 +49,7 @@ from firstgate.runtime.models.routes import RouteError
 from firstgate.runtime.settings import load_settings
 from firstgate.runtime.workflow import Workflow, load_workflow
 from firstgate.store import StoreError, open_store
+from firstgate.store.base import FormRecord, Store
 
 from firstgate import locales
 
@@ -92,7 +102,27 @@ def _parser(more_commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentP
     )
     run.add_argument("--json", action="store_true", help="Dify's streaming events, one per line")
     run.add_argument("--locale", help="language of messages (default: from LANG)")
+    run.add_argument(
+        "--durability",
+        choices=[d.value for d in Durability],
+        default=Durability.BATCHED.value,
+        help="when the run's state reaches the store: after every node, batched "
+        f"(at most every --durability-ms, default {DEFAULT_BATCH_MS}), or at the end only",
+    )
+    run.add_argument("--durability-ms", type=int, default=DEFAULT_BATCH_MS, metavar="MS")
     _add_limit_arguments(run)
+    resume = commands.add_parser(
+        "resume", help="answer a paused run's human-input form and let the run go on"
+    )
+    resume.add_argument("token", help="the form's token (printed when the run paused)")
+    resume.add_argument("--action", "-a", required=True, metavar="ID", help="the action chosen")
+    resume.add_argument("--input", "-i", action="append", default=[], metavar="NAME=VALUE")
+    resume.add_argument("--flow", help="the workflow file (default: the one the run came from)")
+    resume.add_argument("--models", "--settings", metavar="SETTINGS.yaml")
+    resume.add_argument("--state", metavar="DB")
+    resume.add_argument("--json", action="store_true")
+    resume.add_argument("--locale")
+    _add_limit_arguments(resume)
     validate = commands.add_parser("validate", help="check a workflow file and list every problem")
     validate.add_argument("flow")
     validate.add_argument("--locale")
@@ -110,6 +140,7 @@ def _parser(more_commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentP
     index.add_argument("--index", metavar="PATH", help="the index file (default: from settings)")
     index.add_argument("--models", "--settings", metavar="SETTINGS.yaml")
     index.add_argument("--locale")
+    runs.add_parser(commands)
     for name, help_text in more_commands:
         commands.add_parser(name, help=f"{help_text} (see `firstgate {name} --help`)")
     return parser
@@ -206,9 +237,23 @@ def _start_run(args: argparse.Namespace, resources: RunResources) -> tuple[Workf
         files=args.file,
         env_file_values=env_file,
         limits=_limits(args),
+        durability=Durability(args.durability),
+        durability_batch_ms=args.durability_ms,
     )
     return workflow, workflow.run(parse_inputs(args.input), options, resources)
 
+
+PAUSED = "paused"  # `WorkflowRun.status` of a run waiting at a node
+FORM_REQUIRED = "human_input_required"
+# Why a form cannot be answered or its run resumed: said, exit 2.
+RESUME_ERRORS = (
+    human_input.FormNotFound,
+    human_input.FormSubmitted,
+    human_input.FormExpired,
+    forms.FormInvalid,
+    FileError,
+    CheckpointError,
+)
 
 INVALID_ERRORS = (
     DslError,
@@ -237,16 +282,92 @@ def cmd_run(args: argparse.Namespace, locale: str) -> int:
                 # Headed with the file the problems are in: the models file's own name for its problems.
                 return _invalid_file(exc, exc.source or args.flow, locale)
             return _invalid(exc, locale, args.json)
-        return _stream(run, workflow, locale, args.json)
+        source = hi_cli.source_of(args.flow, args.models)
+        return _until_done(run, workflow, resources, store, source, locale, args)
 
 
-def _stream(run: WorkflowRun, workflow: Workflow, locale: str, as_json: bool) -> int:
+def _until_done(
+    run: WorkflowRun,
+    workflow: Workflow,
+    resources: RunResources,
+    store: Store,
+    source: str,
+    locale: str,
+    args: argparse.Namespace,
+) -> int:
+    """Stream the run; when it pauses for a form, ask for the answer at a terminal
+    and go on, else say how to answer it and exit `EXIT_PAUSED`."""
+    while True:
+        code, required = _stream(run, workflow, locale, args.json)
+        if run.status != PAUSED:
+            return code
+        store.note_form_source(run.run_id, source)
+        interactive = not args.json and sys.stdin.isatty() and sys.stdout.isatty()
+        waiting = [r for r in required if r.get("form_token")]
+        if not interactive or not waiting:
+            for line in hi_cli.paused_lines(required, locale):
+                print(line, file=sys.stderr)
+            return hi_cli.EXIT_PAUSED
+        closed = _ask_until_accepted(store, waiting[-1]["form_token"], locale)
+        if closed is None:
+            return hi_cli.EXIT_PAUSED
+        run = human_input.resume(workflow, closed, resources, RunOptions(limits=_limits(args)))
+
+
+def _ask_until_accepted(store: Store, token: str, locale: str) -> FormRecord | None:
+    """The form answered at the terminal (asked again after a rejected answer);
+    None when it closed meanwhile or the input ended."""
+    while True:
+        try:
+            form = human_input.open_form(store, token)
+            action, given = hi_cli.ask(form.definition, locale)
+            return human_input.answer(store, form, action, given, hi_cli.file_input)
+        except (human_input.FormSubmitted, human_input.FormExpired) as exc:
+            print(render_error(exc, locale), file=sys.stderr)
+            return None
+        except (forms.FormInvalid, FileError) as exc:
+            print(render_error(exc, locale), file=sys.stderr)
+        except EOFError:
+            return None
+
+
+def cmd_resume(args: argparse.Namespace, locale: str) -> int:
+    """`firstgate resume TOKEN --action ID [--input NAME=VALUE] [--flow FILE]`."""
+    with contextlib.ExitStack() as opened:
+        try:
+            store = opened.enter_context(contextlib.closing(open_store(args.state)))
+            form = human_input.open_form(store, args.token)
+            flow, models = hi_cli.read_source(form.source)
+            flow = args.flow or flow
+            models = args.models or models
+            if not flow:
+                raise human_input.FormNotFound()
+            settings = load_settings(models) if models else None
+            resources = opened.enter_context(
+                RunResources.open(settings, store=store, loader=load_workflow)
+            )
+            workflow = load_workflow(flow, settings=settings)
+            given = hi_cli.command_line_inputs(parse_inputs(args.input), form.definition)
+            closed = human_input.answer(store, form, args.action, given, hi_cli.file_input)
+            run = human_input.resume(workflow, closed, resources, RunOptions(limits=_limits(args)))
+        except (*INVALID_ERRORS, *RESUME_ERRORS) as exc:
+            return _invalid(exc, locale, args.json)
+        source = hi_cli.source_of(flow, models)
+        return _until_done(run, workflow, resources, store, source, locale, args)
+
+
+def _stream(
+    run: WorkflowRun, workflow: Workflow, locale: str, as_json: bool
+) -> tuple[int, list[dict[str, Any]]]:
+    """The run's events shown (or printed as JSON lines); its exit code, and the
+    data of the forms it asked for (`human_input_required`)."""
     view = (
         None
         if as_json
         else HumanView(locale, calls_model=_calls_model(workflow), redactor=run.session.redactor)
     )
     final: ev.WorkflowFinished | None = None
+    required: list[dict[str, Any]] = []
     try:
         with _ctrl_c_aborts(run):
             for event in run:  # after an abort the run still reports how it ended
@@ -256,11 +377,13 @@ def _stream(run: WorkflowRun, workflow: Workflow, locale: str, as_json: bool) ->
                     view.show(event)
                 if isinstance(event, ev.WorkflowFinished):
                     final = event
+                elif isinstance(event, ev.NodeAnnounced) and event.event == FORM_REQUIRED:
+                    required.append(event.fields)
     finally:
         run.close()  # cut short (a closed pipe, a second Ctrl-C): streams and servers stop now
     if isinstance(final, ev.WorkflowSucceeded | ev.WorkflowPartialSucceeded):
-        return EXIT_OK
-    return EXIT_FAILED
+        return EXIT_OK, required
+    return EXIT_FAILED, required
 
 
 def _calls_model(workflow: Workflow) -> frozenset[str]:
@@ -340,6 +463,10 @@ def main(
             return cmd_validate(args.flow, locale, args.models)
         if args.command == "index":
             return cmd_index(args, locale)
+        if args.command == "resume":
+            return cmd_resume(args, locale)
+        if args.command == "runs":
+            return runs.cmd_runs(args, locale)
         return cmd_run(args, locale)
     except BrokenPipeError:
         # The reader went away (`| head`): nothing more can be shown. Point stdout

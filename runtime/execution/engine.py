@@ -30,19 +30,23 @@ ready start. A chatflow's turn ends with `workflow_finished` followed by
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from firstgate.common.cancel import CancelToken
 from firstgate.nodes.base import (
     NeedsWorker,
+    Pause,
     Role,
     Round,
     Rounds,
 )
 from firstgate.runtime.dsl.graph import Graph, NodeDef
+from firstgate.runtime.execution import checkpoint as cp
 from firstgate.runtime.execution import events as ev
 from firstgate.runtime.execution.error_handler import (
     Outcome,
@@ -62,7 +66,7 @@ from firstgate.runtime.execution.limits import (
 from firstgate.runtime.execution.resources import RunResources
 from firstgate.runtime.execution.response_stream import Piece, StreamPlan
 from firstgate.runtime.execution.run_report import RunReport
-from firstgate.runtime.execution.session import RunSession
+from firstgate.runtime.execution.session import RunSession, storable
 from firstgate.runtime.execution.variable_pool import VariablePool
 from firstgate.runtime.execution.worker_pool import WorkerPool
 
@@ -85,9 +89,16 @@ class WorkflowRun:
         max_workers: int,
         warm_code_executor: bool = False,
         owned: contextlib.ExitStack | None = None,
+        graph_hash: str = "",
+        checkpointer: cp.Checkpointer | None = None,
+        durability: cp.Durability = cp.Durability.END,
+        batch_ms: int = cp.DEFAULT_BATCH_MS,
+        resume: Resume | None = None,
     ) -> None:
         """`resources` are shared and never closed here; `owned` is what the run
-        closes when it ends (its session, resources opened for it alone)."""
+        closes when it ends (its session, resources opened for it alone).
+        `checkpointer` writes the run's checkpoints (`durability` says when);
+        `resume` is the checkpoint the run goes on from."""
         self.graph = graph
         self.resources = resources
         self.providers = providers  # of the LLM nodes the run can reach
@@ -126,6 +137,22 @@ class WorkflowRun:
         self._stop_message: Stop | None = None
         self._stop_lock = threading.Lock()
         self._deadline = Deadline(None)  # set when the run starts
+        # Checkpoints: where the run's state goes, when, and what it goes on from.
+        self.graph_hash = graph_hash
+        self._checkpointer = checkpointer
+        self._durability = durability if checkpointer is not None else cp.Durability.END
+        self._batch_s = max(0, batch_ms) / 1000.0
+        self._last_save = 0.0
+        self._saved_records = 0  # of the report's node records, those in the store
+        # Finished top-graph nodes whose outputs are not in the store yet.
+        self._unwritten: list[str] = []
+        self._run_state: dict[str, Any] | None = None  # what every snapshot of the run repeats
+        self._row_at: float | None = None  # when the run's row was last written
+        self._row_behind = False  # a checkpoint went without the run's row
+        self._resume = resume
+        self._paused: list[tuple[Execution, Pause]] = []
+        self.checkpoint: cp.Snapshot | None = None  # the latest one taken
+        self.position = resume.snapshot.position if resume is not None else 0
         self._events = self._run()
 
     # ---- public surface
@@ -134,7 +161,9 @@ class WorkflowRun:
         return self
 
     def __next__(self) -> ev.Event:
-        return next(self._events)
+        event = next(self._events)
+        self.position += 1  # the run's event position: a resumed run's goes on
+        return event
 
     @property
     def status(self) -> str | None:
@@ -190,8 +219,9 @@ class WorkflowRun:
 
     def _run(self) -> Iterator[ev.Event]:
         try:
-            yield self.report.started()
+            yield self.report.started() if self._resume is None else self.report.resumed()
             self._deadline = Deadline.after(self.limits.max_run_seconds)
+            self._last_save = time.monotonic()  # a batch's clock starts with the run
             try:
                 # Started here, in the caller's thread, so the server dies with its owner.
                 self.resources.start_local(self.providers)
@@ -200,15 +230,23 @@ class WorkflowRun:
                 return
             if self._warm_code_executor:
                 self.resources.warm_up_code_executor()
-            yield from self._launch(self._top, [self.graph.start_id], None)
+            if self._resume is None:
+                yield from self._launch(self._top, [self.graph.start_id], None)
+            else:
+                yield from self._restart(self._resume)
             yield from self._pump()
             while self._in_flight and self._going:
+                if self._row_behind and self._inbox.empty():
+                    self._write(row=True)  # about to wait: the run's progress shows first
                 item = self._next()
                 if isinstance(item, Done):
                     yield from self._finish(item.execution, item.outcome)
                 else:
                     yield from self._relay(item)
                 yield from self._pump()
+            if self._going and self._paused:
+                yield from self._pause_run()
+                return
             if self._going:
                 yield from self.report.ended(self.report.succeeded(), self.session.finish)
                 return
@@ -244,13 +282,29 @@ class WorkflowRun:
             frame.active += 1
             self._in_flight[execution.id] = execution
             if node.spec.container is not None:
+                if frame.owner is None and self._unsafe_start(execution):
+                    return
                 yield from self._start_container(execution)
                 continue
             yield self.report.node_started(execution)
+            if frame.owner is None and self._unsafe_start(execution):
+                return
             if node.spec.inline and node.retries == 0:
                 self._inline.append(execution)
             else:
                 self._submit(execution)
+
+    def _unsafe_start(self, execution: Execution) -> bool:
+        """A node unsafe to repeat starts only once the store knows it is in flight
+        (so a resumed run fails it rather than run it again); True when that
+        could not be written (the run is failing)."""
+        if self._durability is cp.Durability.END or _repeatable(self.graph, execution.node.id):
+            return False
+        if self._write():
+            return False
+        self._in_flight.pop(execution.id, None)
+        execution.frame.active -= 1
+        return True
 
     def _round_start(self, frame: Frame, node: NodeDef) -> Iterator[ev.Event]:
         """A round's start node runs nothing and reports nothing: its edges are taken."""
@@ -331,6 +385,15 @@ class WorkflowRun:
         through, the node's end event, then what it made ready starts."""
         node, frame = execution.node, execution.frame
         self._in_flight.pop(execution.id, None)
+        if outcome.status is Status.PAUSED:
+            assert outcome.pause is not None
+            if frame.owner is None:
+                # Nothing more of it runs now; the run pauses once nothing else does.
+                self._paused.append((execution, outcome.pause))
+                self._left(frame)
+                return
+            error = cp.CheckpointError("errors.checkpoint.pauseInContainer", node=node.id)
+            outcome = self._failed(execution, error)
         if outcome.status not in (Status.SUCCEEDED, Status.EXCEPTION):
             yield self.report.node_ended(execution, outcome)
             if outcome.status is Status.FAILED:
@@ -364,6 +427,10 @@ class WorkflowRun:
             yield self.report.node_ended(execution, outcome)
         if node.spec.role is Role.RESPONSE and outcome.status is Status.SUCCEEDED:
             self.report.merge_response(outcome.outputs)
+        if frame.owner is None and self._checkpointer is not None:
+            self._unwritten.append(node.id)
+            if self._durability is not cp.Durability.END:
+                self._boundary(step.ready if frame.error is None else [], node.id)
         if step.ready and frame.error is None:
             yield from self._launch(frame, step.ready, node.id)
         self._left(frame)
@@ -460,6 +527,235 @@ class WorkflowRun:
                 execution.container.cancel.release()
                 yield self.report.node_ended(execution, Outcome(Status.CANCELLED, 1))
 
+    # ---- checkpoints: taken at node boundaries, written as durability says
+
+    def _boundary(self, ready: list[str], predecessor: str | None) -> None:
+        """A node of the top graph finished: its state is durable now (per node),
+        or with the next batch; `ready` (the nodes it made ready) start after."""
+        if self._durability is cp.Durability.BATCHED:
+            now = time.monotonic()
+            if now - self._last_save < self._batch_s:
+                return
+            self._last_save = now
+        self._write(ready=[(n, predecessor) for n in ready])
+
+    def _write(
+        self,
+        after: int = 0,
+        ready: list[tuple[str, str | None]] | None = None,
+        *,
+        row: bool = False,
+    ) -> bool:
+        try:
+            self._save(after, ready or [], row=row)
+        except Exception as exc:  # noqa: BLE001 - a run that cannot be made durable fails
+            self._stop(Stop(aborted=False, reason=str(exc), error=exc))
+            return False
+        return True
+
+    def snapshot(
+        self, after: int = 0, ready: list[tuple[str, str | None]] | None = None
+    ) -> cp.Snapshot:
+        """The run's whole state now, at a node boundary (the dispatcher's thread
+        only): `after` events will have gone out when it is read back; `ready`
+        are the nodes about to start (node, predecessor)."""
+        data = self._state(after, ready or [], every_value=True)
+        snapshot = cp.Snapshot.model_validate(data)
+        self.checkpoint = snapshot
+        return snapshot
+
+    def _state(
+        self, after: int, ready: list[tuple[str, str | None]], *, every_value: bool
+    ) -> dict[str, Any]:
+        """The snapshot as plain data. Without `every_value`, only the variables
+        that may still change (`sys`, `conversation`): finished nodes' outputs go
+        to the store once, as parts (`_save`)."""
+        top = self._top
+        running, containers = [], []
+        for execution in self._in_flight.values():
+            if execution.frame is not top:
+                continue  # inside a container in flight: it runs again whole
+            state = _execution_state(execution)
+            container = execution.container
+            if container is None:
+                running.append(state)
+                continue
+            own = container.scope.own(execution.node.id) or {}
+            containers.append(
+                {
+                    "execution": state,
+                    "kind": container.kind,
+                    "rounds": container.rounds,
+                    "round_index": container.rounds - 1 if container.rounds else None,
+                    "variables": cp.encode(own),
+                }
+            )
+        if every_value:
+            values = {h: v for h, v in top.scope.layer().items() if h != "env"}
+        else:  # env is never stored: a resumed run resolves it again
+            values = {h: top.scope.own(h) or {} for h in _CHANGING}
+        frame = {
+            "values": cp.node_values(values),
+            "scheduler": top.scheduler.saved(),
+            "streamer": top.streamer.saved() if top.streamer is not None else None,
+            "chunk_target": dict(top.chunk_target),
+            "ready": [{"node_id": n, "predecessor": p} for n, p in ready],
+            "running": running,
+            "paused": [
+                {
+                    "execution": _execution_state(e),
+                    "payload": cp.encode(p.payload),
+                    "reason": cp.encode(p.reason),
+                }
+                for e, p in self._paused
+            ],
+            "containers": containers,
+        }
+        if self._run_state is None:
+            self._run_state = {
+                "graph_hash": self.graph_hash,
+                "run": cp.RunState.of(self.info).model_dump(),
+                "inputs": cp.encode(self.inputs),
+                "query": self.session.options.query,
+                "root": self.session.options.root,
+                "started_at": self.session.started_at,
+            }
+        return {
+            "version": cp.SNAPSHOT_VERSION,
+            **self._run_state,
+            "position": self.position + after,
+            "report": cp.encode(self.report.state()),
+            "frame": frame,
+            "taken_at": time.time(),
+        }
+
+    def _save(self, after: int, ready: list[tuple[str, str | None]], *, row: bool = False) -> None:
+        """Write the checkpoint: its head, the outputs of the nodes finished since
+        the last (parts), the node executions not written yet, the run's row."""
+        if self._checkpointer is None:
+            return
+        status = cp.PAUSED if self._paused and not self._in_flight else cp.RUNNING
+        head = self._state(after, ready, every_value=False)
+        scope = self._top.scope
+        parts = {n: cp.encode(scope.own(n) or {}) for n in self._unwritten}
+        records = self.report.records
+        nodes: list[Any] = []
+        run = None
+        if not self.info.chat:  # a chat turn's run is written with its message, at its end
+            nodes = records[self._saved_records :]
+            now = time.monotonic()
+            # The run's row (its progress) at most every PROGRESS_S, and whenever the
+            # dispatcher is about to wait (`row`); its node executions each time.
+            due = self._row_at is None or now - self._row_at >= cp.PROGRESS_S
+            if row or due or status == cp.PAUSED:
+                run = self.session.progress_record(self.report.progress(status), ())
+                self._row_at = now
+            self._row_behind = run is None
+        try:
+            self._checkpointer.save(self.info, head, parts, run, nodes, status=status)
+        except Exception:  # noqa: BLE001 - text a store cannot hold: once more, made storable
+            again = [storable(n) for n in nodes]
+            self._checkpointer.save(self.info, head, parts, run, again, status=status)
+        self._saved_records = len(records)
+        self._unwritten.clear()
+
+    def _pause_run(self) -> Iterator[ev.Event]:
+        """Nothing runs but paused nodes: write the checkpoint, send the nodes'
+        own events, then `workflow_paused`. The run ends here; nothing of it waits."""
+        notices = [(e, n) for e, p in self._paused for n in p.events]
+        try:
+            self.snapshot(after=len(notices) + 1)  # kept whole: `checkpoint`, without a store
+            self._save(len(notices) + 1, [])
+        except Exception as exc:  # noqa: BLE001 - a pause that cannot be kept fails the run
+            yield from self.report.ended(self.report.failed(exc), self.session.finish)
+            return
+        for execution, notice in notices:
+            yield self.report.announced(execution, notice)
+        yield self.report.paused([p for _, p in self._paused])
+
+    def _restart(self, resume: Resume) -> Iterator[ev.Event]:
+        """Go on from `resume`'s checkpoint: the state back in place, what was in
+        flight started again (same execution ids), resolved paused nodes finished."""
+        snapshot, top = resume.snapshot, self._top
+        state = snapshot.frame
+        values = cp.restored_values(state.values)
+        values["env"] = dict(self.session.environment)
+        top.scope.restore_layer(values)
+        done = [h for h in values if h in top.graph.nodes]  # the nodes with outputs finished
+        top.scheduler.restore(state.scheduler, done)
+        if top.streamer is not None and state.streamer is not None:
+            started = self.graph.start_id in values
+            top.streamer.restore(state.streamer, top.scheduler.taken_edges(), started)
+        top.chunk_target.update(state.chunk_target)
+        self.report.restore(cp.decode(snapshot.report))
+        if not resume.parts_written:  # a snapshot handed over whole: all of it goes
+            self._unwritten = [h for h in values if h in top.graph.nodes]
+        again = cp.executions([*state.running, *(c.execution for c in state.containers)])
+        unsafe = [item for item in again if not _repeatable(top.graph, item.node_id)]
+        if unsafe:
+            # At least once is not good enough for these: fail instead of repeating.
+            for item in unsafe:
+                error = cp.CheckpointError(
+                    "errors.checkpoint.unsafeToRepeat", run=self.run_id, node=item.node_id
+                )
+                execution = self._revive(top, item)  # its node_started went out before
+                yield from self._finish(execution, Outcome(Status.FAILED, 1, error=error))
+            return
+        for item in again:
+            top.scheduler.reset(item.node_id)
+            if top.streamer is not None:
+                top.streamer.on_retry(item.node_id)  # its unread text comes again
+        for item in again:
+            yield from self._relaunch(top, item)
+        for ready in state.ready:
+            yield from self._launch(top, [ready.node_id], ready.predecessor)
+        for paused in state.paused:
+            execution = self._revive(top, paused.execution)
+            answer = resume.resolved.get(paused.execution.node_id)
+            if answer is None:
+                payload, reason = cp.decode(paused.payload), cp.decode(paused.reason)
+                self._paused.append((execution, Pause(execution.node.id, payload, reason)))
+                self._in_flight.pop(execution.id, None)
+                self._left(top)
+                continue
+            for notice in answer.events:
+                yield self.report.announced(execution, notice)
+            handles = frozenset({answer.handle}) if answer.handle is not None else None
+            outcome = Outcome(
+                Status.SUCCEEDED,
+                1,
+                outputs=dict(answer.outputs),
+                handles=handles,
+                inputs=dict(answer.inputs),
+                process_data=dict(answer.process_data),
+            )
+            yield from self._finish(execution, outcome)
+
+    def _revive(self, frame: Frame, state: cp.ExecutionState) -> Execution:
+        """A node execution of the checkpoint, under its own id and index, in flight."""
+        execution = Execution.start(frame.graph.nodes[state.node_id], frame, 0, state.predecessor)
+        execution.id, execution.index, execution.created_at = (
+            state.id,
+            state.index,
+            state.created_at,
+        )
+        frame.scheduler.mark_running(state.node_id)
+        frame.active += 1
+        self._in_flight[execution.id] = execution
+        return execution
+
+    def _relaunch(self, frame: Frame, state: cp.ExecutionState) -> Iterator[ev.Event]:
+        """A node that was in flight when the checkpoint was taken runs again."""
+        execution = self._revive(frame, state)
+        if execution.node.spec.container is not None:
+            yield from self._start_container(execution)
+            return
+        yield self.report.node_started(execution)
+        if execution.node.spec.inline and execution.node.retries == 0:
+            self._inline.append(execution)
+        else:
+            self._submit(execution)
+
     # ---- how the run ends
 
     def _stopped(self) -> ev.WorkflowFinished:
@@ -470,3 +766,36 @@ class WorkflowRun:
         if stop.aborted:
             return self.report.stopped(stop.reason)
         return self.report.failed(stop.error or LimitExceededError("cli.limit.time", limit="?"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resume:
+    """What a resumed run goes on from: its checkpoint, and how its paused nodes
+    finish (node id -> `Resolved`)."""
+
+    snapshot: cp.Snapshot
+    resolved: Mapping[str, cp.Resolved] = dataclasses.field(default_factory=dict)
+    parts_written: bool = False  # read from the store: its nodes' outputs are there
+
+
+def _repeatable(graph: Graph, node_id: str) -> bool:
+    """Whether the node (a container: every node of its rounds) may run twice."""
+    node = graph.nodes[node_id]
+    if not node.spec.repeatable(node.data):
+        return False
+    inner = graph.children.get(node_id)
+    return inner is None or all(_repeatable(inner, n) for n in inner.nodes)
+
+
+# The top scope's variables that change after they are first set.
+_CHANGING = ("sys", "conversation")
+
+
+def _execution_state(execution: Execution) -> dict[str, Any]:
+    return {
+        "id": execution.id,
+        "node_id": execution.node.id,
+        "index": execution.index,
+        "predecessor": execution.predecessor,
+        "created_at": execution.created_at,
+    }

@@ -11,7 +11,7 @@ from typing import Any
 
 from firstgate.common.cancel import CancelToken
 from firstgate.common.telemetry import activated
-from firstgate.nodes.base import FAIL_HANDLE, NeedsWorker, NodeContext, NodeResult
+from firstgate.nodes.base import FAIL_HANDLE, NeedsWorker, NodeContext, NodeResult, Pause
 from firstgate.nodes.selectors import Selector
 from firstgate.runtime.dsl.graph import NodeDef
 
@@ -21,6 +21,7 @@ class Status(Enum):
     EXCEPTION = "exception"  # failed, handled by the error strategy
     FAILED = "failed"  # failed, no strategy: the workflow fails
     CANCELLED = "cancelled"  # the run was aborted while the node ran
+    PAUSED = "paused"  # the node paused the run (`NodeResult.pause`): not finished
 
 
 @dataclass(slots=True)
@@ -37,6 +38,7 @@ class Outcome:
     updates: Mapping[Selector, Any] = field(default_factory=dict)
     breaks: bool = False  # ends the enclosing loop (NodeResult.breaks)
     retriever_resources: tuple[Mapping[str, Any], ...] = ()
+    pause: Pause | None = None  # Status.PAUSED: what the node paused with
 
 
 def error_type(exc: BaseException) -> str:
@@ -108,6 +110,8 @@ def _run_attempt(node: NodeDef, ctx: NodeContext) -> NodeResult:
 
 
 def succeeded(result: NodeResult, attempt: int) -> Outcome:
+    if result.pause is not None:
+        return Outcome(Status.PAUSED, attempt, pause=result.pause)
     return Outcome(
         Status.SUCCEEDED,
         attempt,

@@ -91,6 +91,8 @@ class Event:
 class WorkflowStarted(Event):
     name: ClassVar[str] = "workflow_started"
     inputs: dict[str, Any]
+    # Dify's `reason`: "initial", or "resumption" for a run resumed from its checkpoint.
+    reason: str = "initial"
 
     def data(self) -> dict[str, Any]:
         return {
@@ -98,6 +100,7 @@ class WorkflowStarted(Event):
             "workflow_id": self.run.workflow_id,
             "inputs": self.inputs,
             "created_at": self.run.created_at,
+            "reason": self.reason,
         }
 
 
@@ -570,6 +573,50 @@ class WorkflowStopped(WorkflowFinished):
 
     status: ClassVar[str] = "stopped"
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeAnnounced(NodeEvent):
+    """An event a node asked for in its own name (`nodes.base.NodeNotice`: a
+    human-input node's `human_input_required`): its wire name and its data."""
+
+    name: ClassVar[str] = "node_notice"
+    event: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def wire_name(self) -> str:
+        return self.event
+
+    def data(self) -> dict[str, Any]:
+        return self.fields
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowPaused(Event):
+    """The run paused (a node asked it to: `nodes.base.Pause`): its checkpoint is
+    written and nothing of it runs until it is resumed. The stream ends here."""
+
+    name: ClassVar[str] = "workflow_paused"
+    status: ClassVar[str] = "paused"
+    paused_nodes: list[str] = field(default_factory=list)
+    reasons: list[dict[str, Any]] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    total_tokens: int = 0
+    total_steps: int = 0
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "workflow_run_id": self.run.workflow_run_id,
+            "paused_nodes": self.paused_nodes,
+            "outputs": self.outputs,
+            "reasons": self.reasons,
+            "status": self.status,
+            "created_at": self.run.created_at,
+            "elapsed_time": self.elapsed,
+            "total_tokens": self.total_tokens,
+            "total_steps": self.total_steps,
+        }
 
 
 def llm_usage(tokens: dict[str, int], *, latency: float) -> dict[str, Any]:

@@ -77,6 +77,9 @@ class Inbox:
     def put(self, message: object) -> None:
         self._queue.put(message)
 
+    def empty(self) -> bool:
+        return self._queue.empty()
+
     def get(self, timeout: float | None) -> object | None:
         """The next message, waiting up to `timeout` seconds (None: as long as it
         takes); None when none came."""

@@ -120,6 +120,7 @@ class RunResources:
         """A run's connectors (the run closes them); its workflow tools run on these
         resources."""
         connectors = Connectors.from_settings(self.settings)
+        connectors.forms = self.store
         if self.loader is not None:
             connectors.workflow_tools = WorkflowTools(self, self.loader)
         return connectors

@@ -33,8 +33,9 @@ own render then fails with the cap's error.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from firstgate.common.rendering import MAX_RENDERED_CHARS
 from firstgate.nodes.base import FAIL_HANDLE, Role
@@ -142,6 +143,50 @@ class ResponseStreamer:
         self._active: _Session | None = None
         self._waiting: deque[_Session] = deque()
         self._sent: dict[str, int] = {}  # response node -> characters streamed
+
+    # ---- checkpoints
+
+    def saved(self) -> dict[str, Any]:
+        """Where each stream is (what `restore` takes back): the streams opened,
+        waiting or not yet opened, and how far each streamed output was read.
+        The edges taken and what they reach are the scheduler's to say."""
+        return {
+            "pending": list(self._pending),
+            "active": None if self._active is None else [self._active.node_id, self._active.index],
+            "waiting": [[s.node_id, s.index] for s in self._waiting],
+            "streams": [
+                [list(selector), stream.chunks, stream.read, stream.closed]
+                for selector, stream in self._streams.items()
+                if stream.chunks or stream.closed
+            ],
+            "sent": dict(self._sent),
+        }
+
+    def restore(self, state: Mapping[str, Any], taken: Iterable[int], started: bool) -> None:
+        """The streams as `saved()` gave them; `taken`: the positions of the edges
+        taken; `started`: whether the start node has finished."""
+        templates = self.plan.templates
+
+        def session(entry: Sequence[Any]) -> _Session:
+            node_id, index = str(entry[0]), int(entry[1])
+            return _Session(node_id, templates[node_id], index)
+
+        self._taken = set(taken)
+        self._pending = {n: _Session(n, templates[n]) for n in state["pending"]}
+        self._active = None if state["active"] is None else session(state["active"])
+        self._waiting = deque(session(e) for e in state["waiting"])
+        for selector, chunks, read, closed in state["streams"]:
+            stream = self._streams.get(tuple(selector))
+            if stream is not None:
+                stream.chunks = [(int(a), str(t)) for a, t in chunks]
+                stream.read, stream.closed = int(read), bool(closed)
+        self._sent = {str(k): int(v) for k, v in state["sent"].items()}
+        # What each waiting response reaches: all that open ways lead to from the
+        # start (what the streamer worked out edge by edge, done again at once).
+        self._reached = {response_id: set() for response_id in templates}
+        if started:
+            for response_id in self._pending:
+                self._reach(response_id, self.graph.start_id)
 
     # ---- which streams may open
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from firstgate.nodes.base import AgentLogEntry, Round
+from firstgate.nodes.base import AgentLogEntry, NodeNotice, Pause, Round
 from firstgate.nodes.values import jsonable
 from firstgate.plugin_daemon_client.errors import FirstGateError
 from firstgate.plugin_daemon_client.fallback import FallbackEvent
@@ -421,11 +421,15 @@ class RunReport:
 
     def summary(self, terminal: ev.WorkflowFinished) -> RunSummary:
         """What the session records of the run that ends with `terminal`."""
+        return self.progress(terminal.status, terminal.error_message)
+
+    def progress(self, status: str, error: str | None = None) -> RunSummary:
+        """What the session records of the run so far, in `status`."""
         return RunSummary(
-            status=terminal.status,
+            status=status,
             inputs=self.inputs,
             outputs=self.outputs,
-            error=terminal.error_message,
+            error=error,
             elapsed_time=self._elapsed(),
             total_tokens=self.tokens,
             total_steps=self.steps,
@@ -460,6 +464,59 @@ class RunReport:
             yield ev.MessageEnd(
                 answer=self.answer, usage=usage, retriever_resources=resources, **self._common()
             )
+
+    # ---- pauses and checkpoints
+
+    def resumed(self) -> ev.WorkflowStarted:
+        """A resumed run's first event: its clock goes on from where it stopped."""
+        return ev.WorkflowStarted(
+            inputs=self._value(self.inputs), reason="resumption", **self._common()
+        )
+
+    def announced(self, execution: Execution, notice: NodeNotice) -> ev.NodeAnnounced:
+        """An event a node asked for (`NodeNotice`), redacted as every event is."""
+        return ev.NodeAnnounced(
+            event=notice.name,
+            fields=self._value(dict(notice.data)),
+            **self._node(execution),
+            **self._common(),
+        )
+
+    def paused(self, pauses: list[Pause]) -> ev.WorkflowPaused:
+        self.status = "paused"
+        return ev.WorkflowPaused(
+            paused_nodes=[p.node_id for p in pauses],
+            reasons=[self._value(dict(p.reason)) for p in pauses],
+            outputs=self._value(self.outputs),
+            total_tokens=self.tokens,
+            total_steps=self.steps,
+            **self._common(),
+        )
+
+    def state(self) -> dict[str, Any]:
+        """The totals so far, for a checkpoint (`restore` takes them back)."""
+        return {
+            "elapsed": self._elapsed(),
+            "outputs": self.outputs,
+            "answer": self.answer,
+            "steps": self.steps,
+            "exceptions": self.exceptions,
+            "tokens": self.tokens,
+            "usage": dict(self.usage),
+            "written": dict(self.written),
+            "retriever_resources": list(self.retriever_resources),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._t0 = self._clock() - float(state["elapsed"])
+        self.outputs = dict(state["outputs"])
+        self.answer = str(state["answer"])
+        self.steps = int(state["steps"])
+        self.exceptions = int(state["exceptions"])
+        self.tokens = int(state["tokens"])
+        self.usage = {str(k): int(v) for k, v in state["usage"].items()}
+        self.written = dict(state["written"])
+        self.retriever_resources = list(state["retriever_resources"])
 
     # ---- shared parts
 

@@ -26,6 +26,7 @@ from firstgate.common.storable_text import mend
 from firstgate.nodes.base import ChatTurn
 from firstgate.nodes.start import coerce_files
 from firstgate.nodes.values import jsonable
+from firstgate.runtime.execution.checkpoint import DEFAULT_BATCH_MS, Durability
 from firstgate.runtime.execution.environment import EnvVar, resolve
 from firstgate.runtime.execution.events import CHAT_MODE, RunInfo
 from firstgate.runtime.execution.limits import RunLimits
@@ -111,6 +112,12 @@ class RunOptions:
     # Whether the run is recorded in the store (a workflow tool's inner run is
     # part of its outer run's record).
     recorded: bool = True
+    # When the run's state reaches the store (`runtime/execution/checkpoint.py`):
+    # batched (the default: at most one commit every `durability_batch_ms`, the
+    # first that long after the start, so a short run writes nothing before its
+    # end), after every node, or at the end only.
+    durability: Durability = Durability.BATCHED
+    durability_batch_ms: int = DEFAULT_BATCH_MS
     # How it was started, as its record says (`store.base`'s TRIGGERED_*).
     triggered_from: str = TRIGGERED_APP_RUN
     # The caller's W3C `traceparent` (serve's request header): the run's trace
@@ -280,6 +287,12 @@ class RunSession:
             turn, self.turn = self.turn, None
             turn.release()
 
+    def progress_record(
+        self, summary: RunSummary, nodes: Sequence[NodeExecutionRecord]
+    ) -> RunRecord:
+        """The run's record while it runs or is paused (with these node executions)."""
+        return storable(dataclasses.replace(self._run_record(summary), nodes=list(nodes), files=[]))
+
     def _run_record(self, summary: RunSummary) -> RunRecord:
         redact = self.redactor.value
         return RunRecord(
@@ -335,14 +348,22 @@ def _file_record(variable: str, file: File) -> FileRecord:
 
 
 def open_session(
-    workflow: SessionApp, options: RunOptions, *, store: Store | None, lease_seconds: float
+    workflow: SessionApp,
+    options: RunOptions,
+    *,
+    store: Store | None,
+    lease_seconds: float,
+    info: RunInfo | None = None,
 ) -> RunSession:
-    """Resolve the environment, take the conversation (chatflows, from `store`), build the ids."""
+    """Resolve the environment, take the conversation (chatflows, from `store`), build
+    the ids (`info`: those of a run that goes on from its checkpoint)."""
     environment, redactor = resolve(
         workflow.environment_variables, options.environ, options.env_file_values
     )
     chat = workflow.mode == CHAT_MODE
     conversation_id = (options.conversation_id or str(uuid.uuid4())) if chat else None
+    if info is not None:
+        conversation_id = info.conversation_id
     turn: Turn | None = None
     if chat and store is not None:
         assert conversation_id is not None
@@ -354,7 +375,7 @@ def open_session(
             lease_seconds=lease_seconds,
             wait_seconds=options.turn_wait_s,
         )
-    info = RunInfo(
+    info = info or RunInfo(
         task_id=options.task_id or str(uuid.uuid4()),
         workflow_run_id=options.run_id or str(uuid.uuid4()),
         workflow_id=workflow.workflow_id,

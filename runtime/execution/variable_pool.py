@@ -84,6 +84,21 @@ class VariablePool:
         scope._types = dict(types or {})
         return scope
 
+    def layer(self) -> dict[str, dict[str, Any]]:
+        """This layer's own values (head -> names -> values), for a checkpoint."""
+        with self._lock:
+            return {head: dict(names) for head, names in self._values.items()}
+
+    def own(self, head: str) -> dict[str, Any] | None:
+        """What this layer itself holds under `head` (not its parents), as it is:
+        a checkpoint reads it on the dispatcher, where nothing writes meanwhile."""
+        return self._values.get(head)
+
+    def restore_layer(self, values: Mapping[str, Mapping[str, Any]]) -> None:
+        """This layer's values as `layer()` gave them (a run resumed from its checkpoint)."""
+        with self._lock:
+            self._values = {head: dict(names) for head, names in values.items()}
+
     def _holder(self, head: str) -> VariablePool:
         """The innermost layer holding `head` (the outermost when none does). Under the lock."""
         layer: VariablePool | None = self

@@ -30,6 +30,7 @@ from firstgate.connectors.settings import (
     KnowledgeSettings,
     ToolsSettings,
 )
+from firstgate.connectors.smtp_mail import EmailSettings
 from firstgate.nodes.document_extractor.settings import DocumentExtractorSettings
 from firstgate.runtime.settings.providers import ProvidersSection
 from firstgate.sandbox.settings import CodeExecutorSettings
@@ -45,6 +46,7 @@ class RuntimeSettings(ProvidersSection):
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
     files: FilesSettings = Field(default_factory=FilesSettings)
     document_extractor: DocumentExtractorSettings = Field(default_factory=DocumentExtractorSettings)
+    email: EmailSettings = Field(default_factory=EmailSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
 

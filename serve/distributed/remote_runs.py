@@ -86,6 +86,10 @@ class RemoteRuns(Runs):
             started_at=float(meta.get("created_at") or time.time()),
         )
 
+    # Resuming a paused run on a worker is not built yet: `resumes_forms` stays
+    # False, so a submit is refused before the form is closed (the run stays
+    # paused, its form open).
+
     def claim_tick(self, key: str) -> bool:
         """The first API process to set the tick's key fires it; every other one
         finds it set (one Redis `SET NX`, atomic however many processes ask)."""

@@ -20,6 +20,7 @@ from celery.exceptions import SecurityWarning
 from celery.signals import worker_ready
 from firstgate.common import metrics
 from firstgate.locales import t
+from firstgate.runtime.execution.checkpoint import DEFAULT_BATCH_MS, Durability
 from firstgate.runtime.execution.limits import RunLimits
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.serve.apps import load_directory
@@ -40,6 +41,8 @@ def run_worker(
     settings: RuntimeSettings | None,
     concurrency: int,
     locale: str | None,
+    durability: Durability = Durability.BATCHED,
+    durability_ms: int = DEFAULT_BATCH_MS,
     metrics_address: tuple[str, int] | None = None,
 ) -> int:
     """`metrics_address`: where this worker answers `/metrics` (None: nowhere)."""
@@ -56,6 +59,8 @@ def run_worker(
         limits=RunLimits(max_run_seconds=distributed.time_limit),
         distributed=distributed,
         locale=locale,
+        durability=durability,
+        durability_ms=durability_ms,
     )
     launcher = open_resources(config, apps)
     celery, runtime = build_worker(apps, launcher, distributed, locale)

@@ -18,6 +18,7 @@ token are per greenlet, as in-process). Beside the runs, three greenlets:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import socket
@@ -32,6 +33,7 @@ import redis
 from celery import Celery
 from firstgate.common import metrics
 from firstgate.locales import t
+from firstgate.runtime.execution.checkpoint import PAUSED, RUNNING
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.events import ErrorEvent, RunInfo, WorkflowFailed
 from firstgate.serve.apps import App, AppDirectory
@@ -158,7 +160,12 @@ class WorkerRuntime:
         try:
             if app is None:
                 raise not_found("serve.worker.noApp", app=request.app_stem)
-            run = self.launcher.open(app, request)
+            if self.launcher.has_checkpoint(request.workflow_run_id):
+                # An earlier attempt's worker died: go on from its last checkpoint
+                # (this claim is the broker's lease on the run, whoever the store names).
+                run = self.launcher.resume(app, request.workflow_run_id, take_over=True)
+            else:
+                run = self.launcher.open(app, request)
         except ApiError as error:
             sink.refuse(error)
             sink.end()
@@ -215,8 +222,16 @@ class WorkerRuntime:
                     status=500,
                 ).to_dict()
             )
-        if not sink.fenced and self.launcher.store.run(info.workflow_run_id) is None:
-            self.launcher.store.record_run(
+        store = self.launcher.store
+        known = store.run(info.workflow_run_id)
+        if not sink.fenced and known is not None and known.status in (RUNNING, PAUSED):
+            # Its checkpoints wrote it as running: it ends failed with what it had.
+            ended = dataclasses.replace(
+                known, status="failed", error=message, finished_at=now, nodes=(), files=()
+            )
+            store.record_run(ended)
+        elif not sink.fenced and known is None:
+            store.record_run(
                 RunRecord(
                     id=info.workflow_run_id,
                     app_id=info.app_id,

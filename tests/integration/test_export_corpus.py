@@ -66,15 +66,23 @@ def test_corpus_counts(capsys: pytest.CaptureFixture[str]) -> None:
     # Webhook and schedule triggers load; a plugin's trigger is refused by name.
     assert {"trigger_webhook_workflow.yml", "trigger_schedule_workflow.yml"} <= set(valid)
     assert types["trigger-plugin"] == 1
+    # The human-input export loads (it was refused by name before the node ran).
+    assert "human_input_workflow.yml" in valid
 
 
-def test_validate_on_the_command_line() -> None:
+def test_validate_on_the_command_line(tmp_path: Path) -> None:
     loads = firstgate("validate", str(CORPUS / "editor_defaults_chat.yml"))
     assert loads.returncode == 0, loads.stderr
-    refused = firstgate("validate", str(CORPUS / "human_input_workflow.yml"))
+    assert firstgate("validate", str(CORPUS / "human_input_workflow.yml")).returncode == 0
+    export = yaml.safe_load((CORPUS / "human_input_workflow.yml").read_text())
+    review = export["workflow"]["graph"]["nodes"][2]
+    review["data"]["type"] = "trigger-plugin"  # still refused by name
+    path = tmp_path / "plugin_trigger.yml"
+    path.write_text(yaml.safe_dump(export, allow_unicode=True))
+    refused = firstgate("validate", str(path))
     assert refused.returncode == 2
     assert "has 1 problem(s)" in refused.stderr
-    assert '(human-input): node type "human-input" is not supported yet' in refused.stderr
+    assert 'node type "trigger-plugin" is not supported yet' in refused.stderr
     assert "Traceback" not in refused.stderr
 
 

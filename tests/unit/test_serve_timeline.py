@@ -135,3 +135,17 @@ def test_text_no_store_can_hold_is_mended_before_it_is_kept(tmp_path: Path) -> N
         assert kept["data"]["error"] == "bad\ufffd \ufffd end"
     finally:
         store.close()
+
+
+def test_a_resumed_runs_timeline_goes_on_from_what_was_kept() -> None:
+    clock = Clock()
+    before = [{"event": "workflow_paused", "t": 4.5, "data": {}}]
+    recorder = TimelineRecorder(clock, prior=before)
+    recorder.see({"event": "node_started", "data": {"id": "x2"}})
+    clock.now = 101.0
+    recorder.see({"event": "workflow_finished", "data": {}})
+    assert [(e["event"], e["t"]) for e in recorder.events] == [
+        ("workflow_paused", 4.5),
+        ("node_started", 4.5),
+        ("workflow_finished", 5.5),
+    ]

@@ -1,0 +1,266 @@
+"""17. Durable runs: what checkpoints cost, how fast a paused run resumes, and
+stop through HTTP with per-node durability.
+
+- Checkpoint cost: the 1,000-node chain of `bench/chain_dsl.py` on a SQLite
+  store, process CPU per node, best of `--repeat`: durability `end` (the run
+  is recorded once, at its end: the run without checkpoints, the baseline),
+  `batched` (the default, a commit at most every 200 ms) and `node` (a commit
+  after every node, before its successor starts). Targets (issue 23): node at
+  most 1.5x the baseline, batched at most 1.2x. The run without any store is
+  printed too, for reference.
+- Resume latency, in-process: a run pauses at a bench-only pausing node
+  (`nodes.base.Pause`); the clock starts at `Workflow.resume(run_id, ...)`
+  (its checkpoint read from SQLite and claimed) and stops at the next node's
+  `node_started`; p50 and p99 over `--resumes` runs (target p99 50 ms).
+- Stop through HTTP: `firstgate serve` with `--durability node`, then with
+  `--durability end`, each under `bench.serve`'s stop client (20 streams at a
+  time on the slow one-LLM flow, the stop request timed to the stream's last
+  byte; target p99 10 ms with per-node durability). The difference is what
+  the durable run's end (its record over its checkpoint) costs on the stop path.
+
+    python -m bench.checkpoint [--repeat 3] [--resumes 200] [--stops 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from firstgate.nodes.base import NodeContext, NodeResult, Pause, Role
+from firstgate.nodes.config import BaseNodeData
+from firstgate.nodes.registry import NODE_TYPES
+from firstgate.nodes.spec import NodeSpec
+from firstgate.runtime import RunLimits, RunOptions, RunResources, load_workflow
+from firstgate.runtime.execution import checkpoint as cp
+from firstgate.runtime.execution import events as ev
+from firstgate.store.sqlite import SQLiteStore
+
+from bench import serve as serve_bench
+from bench.chain_dsl import chain_document
+from bench.common import ServerProcess, header, line, ms, percentile, ratio
+
+NODE_TARGET, BATCHED_TARGET = 1.5, 1.2
+RESUME_TARGET_S = 0.050
+STOP_TARGET_S = 0.010
+PAUSE_TYPE = "bench-pause"
+
+
+class _NoClients:
+    def client_for(self, provider: str) -> Any:
+        raise RuntimeError("no model in this benchmark")
+
+
+# ---- checkpoint cost
+
+
+def chain_cpu(store: SQLiteStore | None, durability: cp.Durability, repeat: int) -> float:
+    """Best process CPU seconds of one run of the 1,000-node chain."""
+    workflow = load_workflow(chain_document(1000))
+    options = RunOptions(
+        limits=RunLimits(max_steps=10_000, max_run_seconds=600), durability=durability
+    )
+    resources = RunResources.open(clients=_NoClients(), store=store)
+    best = float("inf")
+    try:
+        for _ in range(repeat + 1):  # the first is a warm-up (compiling templates)
+            cpu = time.process_time()
+            events = list(workflow.run({"text": "a"}, options, resources))
+            best = min(best, time.process_time() - cpu)
+            assert isinstance(events[-1], ev.WorkflowSucceeded), events[-1]
+    finally:
+        resources.close()
+    return best
+
+
+def checkpoint_cost(repeat: int, workdir: Path) -> None:
+    none = chain_cpu(None, cp.Durability.END, repeat)
+    figures: dict[cp.Durability, float] = {}
+    for durability in (cp.Durability.END, cp.Durability.BATCHED, cp.Durability.NODE):
+        store = SQLiteStore(workdir / f"chain-{durability.value}.db")
+        try:
+            figures[durability] = chain_cpu(store, durability, repeat)
+        finally:
+            store.close()
+    base = figures[cp.Durability.END]
+    line(f"no store (reference)            {none / 1000 * 1e6:7.1f} us/node CPU")
+    line(f"durability end (baseline)       {base / 1000 * 1e6:7.1f} us/node CPU")
+    for durability, target in (
+        (cp.Durability.BATCHED, BATCHED_TARGET),
+        (cp.Durability.NODE, NODE_TARGET),
+    ):
+        value = figures[durability]
+        ok = value <= base * target
+        line(
+            f"durability {durability.value:8s}             {value / 1000 * 1e6:7.1f} us/node CPU"
+            f"  {ratio(value, base)} of end  [{'ok' if ok else f'MISSED (target {target}x)'}]"
+        )
+
+
+# ---- resume latency
+
+
+class _PauseData(BaseNodeData):
+    pass
+
+
+def _pause(data: _PauseData, ctx: NodeContext) -> NodeResult:
+    return NodeResult(pause=Pause(node_id=ctx.node_id, payload={}, reason={"TYPE": "bench"}))
+
+
+def _pause_handles(data: Any) -> set[str]:
+    return {"go"}
+
+
+def _pause_outputs(data: Any) -> set[str]:
+    return {"answer"}
+
+
+PAUSE_SPEC = NodeSpec(
+    type=PAUSE_TYPE,
+    role=Role.BRANCH,
+    data_model=_PauseData,
+    run=_pause,
+    handles=_pause_handles,
+    output_names=_pause_outputs,
+)
+
+
+def pausing_document() -> dict[str, Any]:
+    def node(node_id: str, node_type: str, **data: Any) -> dict[str, Any]:
+        return {"id": node_id, "data": {"type": node_type, "title": node_id, **data}}
+
+    variables = [{"variable": "a", "value_selector": ["wait", "answer"]}]
+    return {
+        "kind": "app",
+        "app": {"mode": "workflow", "name": "bench-pause"},
+        "workflow": {
+            "graph": {
+                "nodes": [
+                    node("start", "start", variables=[]),
+                    node("wait", PAUSE_TYPE),
+                    node("next", "template-transform", template="{{ a }}", variables=variables),
+                    node("end", "end", outputs=[]),
+                ],
+                "edges": [
+                    {"source": "start", "target": "wait", "sourceHandle": "source"},
+                    {"source": "wait", "target": "next", "sourceHandle": "go"},
+                    {"source": "next", "target": "end", "sourceHandle": "source"},
+                ],
+            }
+        },
+    }
+
+
+def resume_latency(resumes: int, workdir: Path) -> None:
+    NODE_TYPES[PAUSE_TYPE] = PAUSE_SPEC
+    workflow = load_workflow(pausing_document())
+    store = SQLiteStore(workdir / "resume.db")
+    resources = RunResources.open(clients=_NoClients(), store=store)
+    latencies: list[float] = []
+    answer = {"wait": cp.Resolved({"answer": "yes"}, "go")}
+    try:
+        for i in range(resumes + 1):
+            run = workflow.run({}, RunOptions(), resources)
+            list(run)
+            assert run.status == "paused"
+            started = time.perf_counter()
+            resumed = workflow.resume(run.run_id, RunOptions(), resources, resolved=answer)
+            for event in resumed:
+                if isinstance(event, ev.NodeStarted) and event.node_id == "next":
+                    if i:  # the first is a warm-up
+                        latencies.append(time.perf_counter() - started)
+            assert resumed.status == "succeeded"
+    finally:
+        resources.close()
+        store.close()
+        NODE_TYPES.pop(PAUSE_TYPE, None)
+    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+    ok = p99 <= RESUME_TARGET_S
+    line(
+        f"resume -> next node_started, in-process, SQLite ({len(latencies)} resumes):"
+        f" p50 {ms(p50)}  p99 {ms(p99)}  [{'ok' if ok else 'MISSED (target p99 50 ms)'}]"
+    )
+    line("resume across processes (serve -> Redis -> worker): not measured here")
+
+
+# ---- stop through HTTP with per-node durability
+
+
+def _serve(workdir: Path, model_url: str, durability: str) -> tuple[subprocess.Popen[str], str]:
+    apps = workdir / "apps"
+    apps.mkdir(exist_ok=True)
+    (apps / "stream.yml").write_text(yaml.safe_dump(serve_bench.flow()))
+    (workdir / "models.yaml").write_text(serve_bench.settings_yaml(model_url))
+    log_path = workdir / f"serve-{durability}.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "firstgate.serve.cli", "serve", str(apps), "--port", "0",
+             "--models", str(workdir / "models.yaml"),
+             "--state", str(workdir / f"serve-{durability}.db"), "--durability", durability],
+            env={**os.environ, "FIRSTGATE_APP_KEY_STREAM": serve_bench.KEY},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+    give_up = time.monotonic() + 60
+    while time.monotonic() < give_up:
+        found = re.search(r"http://[\d.]+:\d+", log_path.read_text())
+        if found:
+            return process, found.group(0)
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise RuntimeError(log_path.read_text())
+
+
+def stop_path(stops: int, workdir: Path) -> None:
+    results: dict[str, list[float]] = {}
+    interval = f"--interval={serve_bench.INTERVAL_S}"
+    with ServerProcess("slow", interval, f"--frames={serve_bench.FRAMES}") as model:
+        for durability in ("node", "end"):
+            process, url = _serve(workdir, model.base_url, durability)
+            try:
+                stopped = serve_bench._child("--variant=stop", f"--url={url}", f"--streams={stops}")
+            finally:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=60)
+            results[durability] = stopped["stop_to_end_s"]
+    for durability in ("node", "end"):
+        values = results[durability]
+        p50, p99 = percentile(values, 50), percentile(values, 99)
+        verdict = ""
+        if durability == "node":
+            verdict = f"  [{'ok' if p99 <= STOP_TARGET_S else 'MISSED (target p99 10 ms)'}]"
+        line(
+            f"stop -> end of stream over HTTP, durability {durability:4s} ({len(values)} streams):"
+            f" p50 {ms(p50)}  p99 {ms(p99)}{verdict}"
+        )
+    node50, end50 = percentile(results["node"], 50), percentile(results["end"], 50)
+    line(f"what per-node durability adds to the stop path (p50): {ms(node50 - end50)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--resumes", type=int, default=200)
+    parser.add_argument("--stops", type=int, default=100)
+    args = parser.parse_args()
+    header("17. durable runs: checkpoint cost, resume latency, stop with per-node durability")
+    with tempfile.TemporaryDirectory(prefix="firstgate-bench-checkpoint-") as tmp:
+        workdir = Path(tmp)
+        checkpoint_cost(args.repeat, workdir)
+        resume_latency(args.resumes, workdir)
+        stop_path(args.stops, workdir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,385 @@
+"""A run's checkpoint: the versioned snapshot of its state at a node boundary,
+how it is written to the store, and how it is read back.
+
+The snapshot (`Snapshot`, pydantic: it crosses process boundaries through the
+store) holds everything a run needs to go on in another process: who it is
+(`RunState`: the run, task, conversation and message ids), the hash of the app's
+graph it ran (`graph_hash`: a snapshot of a changed app is refused), the inputs
+and `sys.*`, the event position, the report's totals (`RunReport.state`), and
+the top graph's frame (`FrameState`): every variable written (node outputs,
+conversation variables pending for the turn), node and edge states, the
+response streams' positions, the node executions in flight, the paused ones,
+and the containers in flight (their round, index and variables).
+
+`version` is checked first: a snapshot of a newer firstgate is refused, an older
+one is migrated step by step (`_MIGRATIONS`), never read as if it were current.
+Values are JSON, with files (`common.files.File`) kept whole, their local path
+included (`encode` / `decode`); tuples come back as lists.
+
+A finished node's outputs are written once, as a *part* of the checkpoint
+(`CheckpointRecord.parts`), not again with every later checkpoint: the
+snapshot's head stays small however long the run.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from firstgate.common.files import File, FileType, TransferMethod
+from firstgate.locales.localized_error import LocalizedError
+from firstgate.nodes.base import NodeNotice
+from firstgate.runtime.execution.events import RunInfo
+from firstgate.store.base import CheckpointRecord, NodeExecutionRecord, RunRecord, Store
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SNAPSHOT_VERSION = 1
+# The batched durability's period: a crash loses at most this much finished work,
+# progress shows this late, and a run shorter than this commits only at its end.
+DEFAULT_BATCH_MS = 200
+# How often a durable run's row (its status, steps, elapsed: its progress) is
+# rewritten; its node executions and its checkpoint go with every commit.
+PROGRESS_S = 0.2
+RUNNING = "running"
+PAUSED = "paused"
+_FILE_KEY = "__firstgate_file__"
+_OUTPUTS_PART = "outputs:"  # a part holding one finished node's outputs (top frame)
+
+
+class CheckpointError(LocalizedError):
+    """A checkpoint cannot be used: unreadable, of another version, of a changed app,
+    of a run that is not waiting to be resumed."""
+
+
+class Durability(enum.StrEnum):
+    """When a run's state reaches the store (`RunOptions.durability`).
+
+    NODE: every finished node is durable before its successors start. BATCHED:
+    a commit at most every `durability_batch_ms`. END: only when the run ends
+    or pauses (what a run did before checkpoints)."""
+
+    NODE = "node"
+    BATCHED = "batched"
+    END = "end"
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """How a paused node finishes when its run resumes: its outputs, the handle of
+    the edge it takes (None: its success edge), what its events say it read and
+    did, and the events it wants out before its `node_finished`."""
+
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+    handle: str | None = None
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    process_data: Mapping[str, Any] = field(default_factory=dict)
+    events: tuple[NodeNotice, ...] = ()
+
+
+# ---- values
+
+
+def encode(value: Any) -> Any:
+    """`value` as JSON data, files kept whole (`decode` gives them back)."""
+    if isinstance(value, File):
+        return {
+            _FILE_KEY: {
+                "type": value.type.value,
+                "transfer_method": value.transfer_method.value,
+                "filename": value.filename,
+                "extension": value.extension,
+                "mime_type": value.mime_type,
+                "size": value.size,
+                "id": value.id,
+                "related_id": value.related_id,
+                "remote_url": value.remote_url,
+                "path": str(value.path) if value.path is not None else None,
+                "link": value.link,
+            }
+        }
+    if isinstance(value, Mapping):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)  # what the store's records do with anything else
+
+
+def decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        found = value.get(_FILE_KEY)
+        if isinstance(found, dict) and len(value) == 1:
+            return _file(found)
+        return {k: decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    return value
+
+
+def _file(fields: dict[str, Any]) -> File:
+    path = fields.get("path")
+    return File(
+        type=FileType(fields["type"]),
+        transfer_method=TransferMethod(fields["transfer_method"]),
+        filename=str(fields["filename"]),
+        extension=str(fields["extension"]),
+        mime_type=str(fields["mime_type"]),
+        size=int(fields["size"]),
+        id=str(fields["id"]),
+        related_id=fields.get("related_id"),
+        remote_url=fields.get("remote_url"),
+        path=Path(path) if path else None,
+        link=fields.get("link"),
+    )
+
+
+# ---- the snapshot
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ExecutionState(_Model):
+    """A node execution: its id (Dify's), order, predecessor and start time."""
+
+    id: str
+    node_id: str
+    index: int
+    predecessor: str | None = None
+    created_at: int = 0
+
+
+class ReadyState(_Model):
+    """A node made ready by the last finished node, not started yet."""
+
+    node_id: str
+    predecessor: str | None = None
+
+
+class PausedState(_Model):
+    """A node that paused the run (`nodes.base.Pause`): what it paused with."""
+
+    execution: ExecutionState
+    payload: dict[str, Any] = Field(default_factory=dict)
+    reason: dict[str, Any] = Field(default_factory=dict)
+
+
+class ContainerState(_Model):
+    """A container in flight: its execution, the rounds it started, the round that
+    was running and the container's variables (a loop's) at that moment. A
+    resumed run runs an in-flight container again from its first round (its
+    rounds are in-flight work: at least once)."""
+
+    execution: ExecutionState
+    kind: str
+    rounds: int
+    round_index: int | None = None
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class FrameState(_Model):
+    """The top graph's state: variables by head (node ids, `sys`, `env`,
+    `conversation`), scheduler, response streams, what runs."""
+
+    values: dict[str, dict[str, Any]]
+    scheduler: dict[str, Any]
+    streamer: dict[str, Any] | None = None
+    chunk_target: dict[str, str | None] = Field(default_factory=dict)
+    ready: list[ReadyState] = Field(default_factory=list)
+    running: list[ExecutionState] = Field(default_factory=list)
+    paused: list[PausedState] = Field(default_factory=list)
+    containers: list[ContainerState] = Field(default_factory=list)
+
+
+class RunState(_Model):
+    task_id: str
+    workflow_run_id: str
+    workflow_id: str
+    app_id: str
+    mode: str
+    user_id: str
+    created_at: int
+    conversation_id: str | None = None
+    message_id: str | None = None
+
+    @classmethod
+    def of(cls, info: RunInfo) -> RunState:
+        return cls(
+            task_id=info.task_id,
+            workflow_run_id=info.workflow_run_id,
+            workflow_id=info.workflow_id,
+            app_id=info.app_id,
+            mode=info.mode,
+            user_id=info.user_id,
+            created_at=info.created_at,
+            conversation_id=info.conversation_id,
+            message_id=info.message_id,
+        )
+
+    def info(self) -> RunInfo:
+        return RunInfo(**self.model_dump())
+
+
+class Snapshot(_Model):
+    version: int = SNAPSHOT_VERSION
+    graph_hash: str
+    run: RunState
+    inputs: dict[str, Any]
+    query: str | None = None
+    root: str | None = None  # the node the run started at (a trigger's), when not the first
+    started_at: float  # wall clock, when the run was first started
+    position: int  # events the run has sent (the next one's position)
+    report: dict[str, Any]
+    frame: FrameState
+    taken_at: float = Field(default_factory=time.time)
+
+    @property
+    def status(self) -> str:
+        return PAUSED if self.frame.paused and not self.frame.running else RUNNING
+
+    def paused_nodes(self) -> list[str]:
+        return [p.execution.node_id for p in self.frame.paused]
+
+
+# Older snapshot versions, each migrated to the next (version -> function).
+_MIGRATIONS: dict[int, Any] = {}
+
+
+def load(text: str, parts: Mapping[str, str] | None = None) -> Snapshot:
+    """A snapshot from its JSON text (and the parts written with earlier
+    checkpoints); CheckpointError when it is unreadable or of an unknown version."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise CheckpointError("errors.checkpoint.unreadable", detail=str(exc)) from None
+    version = data.get("version") if isinstance(data, dict) else None
+    if not isinstance(version, int):
+        raise CheckpointError("errors.checkpoint.unreadable", detail="no version")
+    if version > SNAPSHOT_VERSION:
+        raise CheckpointError("errors.checkpoint.newer", found=version, known=SNAPSHOT_VERSION)
+    while version < SNAPSHOT_VERSION:
+        migrate = _MIGRATIONS.get(version)
+        if migrate is None:
+            raise CheckpointError("errors.checkpoint.tooOld", found=version, known=SNAPSHOT_VERSION)
+        data = migrate(data)
+        version = data["version"]
+    try:
+        snapshot = Snapshot.model_validate(data)
+    except ValidationError as exc:
+        raise CheckpointError("errors.checkpoint.unreadable", detail=_first_error(exc)) from None
+    if parts:
+        values = dict(snapshot.frame.values)
+        for name, value in parts.items():
+            if name.startswith(_OUTPUTS_PART):
+                values.setdefault(name[len(_OUTPUTS_PART) :], json.loads(value))
+        snapshot = snapshot.model_copy(
+            update={"frame": snapshot.frame.model_copy(update={"values": values})}
+        )
+    return snapshot
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+
+
+def check_graph(snapshot: Snapshot, graph_hash: str, name: str) -> None:
+    """Refuse a snapshot taken while the app's graph was another."""
+    if snapshot.graph_hash != graph_hash:
+        raise CheckpointError(
+            "errors.checkpoint.graphChanged", run=snapshot.run.workflow_run_id, app=name
+        )
+
+
+class Checkpointer:
+    """Writes one run's checkpoints to the store: the snapshot's head each time,
+    each finished node's outputs once (a part), the node executions not yet
+    written, and the run's row (status `running` or `paused`). The head is
+    plain data the engine made from its own state (it is validated, as a
+    `Snapshot`, where it is read back: `load`)."""
+
+    def __init__(self, store: Store, *, owner: str | None, lease_seconds: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.attempts = 0
+        self._written: set[str] = set()  # node ids whose outputs are a part already
+        self._created_at = 0.0
+
+    def resumed(self, record: CheckpointRecord) -> None:
+        """Continue the checkpoints of a run read back from `record`."""
+        self.attempts = record.attempts
+        self._created_at = record.created_at
+        self._written = {
+            p[len(_OUTPUTS_PART) :] for p in record.parts if p.startswith(_OUTPUTS_PART)
+        }
+
+    def save(
+        self,
+        info: RunInfo,
+        head: dict[str, Any],
+        parts: Mapping[str, Any],
+        run: RunRecord | None,
+        nodes: Sequence[NodeExecutionRecord],
+        *,
+        status: str,
+    ) -> None:
+        """Write one checkpoint: `head` (the snapshot's data without the finished
+        nodes' outputs), `parts` (node id -> outputs, of the nodes finished since
+        the last one), the run's row (`run`, when given) and the node executions
+        finished since the last one."""
+        now = time.time()
+        self._created_at = self._created_at or now
+        held = status == RUNNING and self.owner is not None
+        record = CheckpointRecord(
+            run_id=info.workflow_run_id,
+            app_id=info.app_id,
+            workflow_id=info.workflow_id,
+            graph_hash=str(head["graph_hash"]),
+            status=status,
+            version=SNAPSHOT_VERSION,
+            position=int(head["position"]),
+            snapshot=json.dumps(head, ensure_ascii=False),
+            owner=self.owner if held else None,
+            lease_expires_at=now + self.lease_seconds if held else None,
+            attempts=self.attempts,
+            created_at=self._created_at,
+            parts={
+                _OUTPUTS_PART + node: json.dumps(value, ensure_ascii=False)
+                for node, value in parts.items()
+                if node not in self._written
+            },
+        )
+        self.store.save_checkpoint(record, run, nodes)
+        self._written.update(parts)
+
+
+def read(store: Store, run_id: str) -> tuple[Snapshot, CheckpointRecord]:
+    """The run's latest checkpoint; CheckpointError when it has none (it finished,
+    was stopped, or never wrote one)."""
+    record = store.checkpoint(run_id)
+    if record is None:
+        run = store.run(run_id)
+        if run is None:
+            raise CheckpointError("errors.checkpoint.unknownRun", run=run_id)
+        raise CheckpointError("errors.checkpoint.ended", run=run_id, status=run.status)
+    return load(record.snapshot, record.parts), record
+
+
+def node_values(values: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {head: encode(names) for head, names in values.items()}
+
+
+def restored_values(values: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {head: decode(dict(names)) for head, names in values.items()}
+
+
+def executions(items: Sequence[ExecutionState]) -> list[ExecutionState]:
+    return sorted(items, key=lambda e: e.index)
