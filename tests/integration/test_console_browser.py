@@ -652,13 +652,15 @@ def test_the_console_speaks_the_browsers_language(browser, server: Server) -> No
 
 
 def test_a_human_input_request_goes_to_the_form_helper(browser, server: Server) -> None:  # type: ignore[no-untyped-def]
-    """`serve/console/human_input_form.js` is another part's; without it the page works,
-    with a helper present the console hands it the event, its place and the submit URL."""
+    """`serve/console/human_input_form.js` is another part's: the page loads it when the
+    server has it and hands it the event, its place and the submit URL."""
     from selenium.webdriver.common.by import By
 
     _open_app(browser, server, "review")
     _wait(browser, lambda d: d.find_elements(By.NAME, "plan"))
-    assert browser.execute_script("return window.firstgateHumanInput === undefined")
+    # The helper this server ships is loaded by the page (a server without it: no harm).
+    _wait(browser, lambda d: d.execute_script("return typeof window.firstgateHumanInput === 'object'"))
+    assert browser.execute_script("return typeof window.firstgateHumanInput.render") == "function"
     handed = browser.execute_script(
         """
         const seen = [];
