@@ -659,7 +659,9 @@ def test_a_human_input_request_goes_to_the_form_helper(browser, server: Server) 
     _open_app(browser, server, "review")
     _wait(browser, lambda d: d.find_elements(By.NAME, "plan"))
     # The helper this server ships is loaded by the page (a server without it: no harm).
-    _wait(browser, lambda d: d.execute_script("return typeof window.firstgateHumanInput === 'object'"))
+    _wait(
+        browser, lambda d: d.execute_script("return typeof window.firstgateHumanInput === 'object'")
+    )
     assert browser.execute_script("return typeof window.firstgateHumanInput.render") == "function"
     handed = browser.execute_script(
         """
