@@ -49,6 +49,10 @@ FEATURE_KEYS = (
 TEXT_INPUTS = ("text-input", "paragraph", "select")
 KNOWLEDGE = "knowledge"
 FLAGGED = "flagged"
+MODERATION = "moderation_"
+# Where the answer comes from when the output's keyword check answered with its
+# preset: a chat app streams that as Dify's `message_replace`.
+OUTPUT_PRESET_SELECTOR = (f"{MODERATION}output", "output")
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +234,7 @@ class _Builder:
             f"{{%- for k in {json.dumps(keywords, ensure_ascii=False)} -%}}{tests}{{%- endfor -%}}"
             f"{{{{ {json.dumps(preset, ensure_ascii=False)} if ns.hit else '' }}}}"
         )
-        check = f"moderation_{where}"
+        check = f"{MODERATION}{where}"
         self._add(
             check,
             "template-transform",
