@@ -415,3 +415,75 @@ def test_a_react_agent_apps_images_go_with_the_query_every_round(tmp_path: Path)
         assert text["text"].startswith("Which clock is this?")
         assert image["image_url"]["url"].startswith("data:image/png;base64,")
         assert image["image_url"]["detail"] == "high"
+
+
+# ---- a workflow tool the export cannot carry: Dify's agent runs without it
+
+WORKFLOW_TOOL = {
+    "enabled": True,
+    "provider_type": "workflow",
+    "provider_id": "0b5c3e1a-9d2f-4c6e-8f71-2a4d6b8c0e13",
+    "provider_name": "order_lookup",
+    "tool_name": "order_lookup",
+    "tool_label": "Order lookup",
+    "tool_parameters": {"order_id": ""},
+}
+ABSENT = "dsl.app.workflowToolAbsent"
+
+
+def _with_workflow_tool() -> dict[str, Any]:
+    raw = read_document(CORPUS / "easy_agent_chat.yml")
+    tools = [t for t in raw["model_config"]["agent_mode"]["tools"] if t.get("enabled")]
+    return _broken(agent_mode__tools=[*copy.deepcopy(tools), WORKFLOW_TOOL])
+
+
+def _agent_tool_names(workflow: Any) -> list[str]:
+    agent = workflow.graph.all_nodes["agent"].data
+    return [t.tool_name for t in agent.tools]  # type: ignore[attr-defined]
+
+
+def test_an_undefined_workflow_tool_is_a_warning_and_left_out(tmp_path: Path) -> None:
+    workflow = load_workflow(_with_workflow_tool())
+    (warning,) = workflow.warnings
+    assert warning.message_key == ABSENT and warning.field == "model_config.agent_mode.tools[1]"
+    assert "order_lookup" in warning.render() and "tools.workflow_providers" in warning.render()
+    assert _agent_tool_names(workflow) == ["current_time"]
+    path = tmp_path / "orders_agent.yml"
+    path.write_text(yaml.safe_dump(_with_workflow_tool()))
+    done = firstgate("validate", str(path), "--locale", "de-DE")
+    assert done.returncode == 0, done.stderr
+    assert "model_config.agent_mode.tools[1] das Werkzeug order_lookup" in done.stdout
+
+
+def test_a_workflow_tool_the_settings_define_is_the_agents(tmp_path: Path) -> None:
+    settings = RuntimeSettings.model_validate(
+        {
+            "tools": {
+                "workflow_providers": {
+                    WORKFLOW_TOOL["provider_id"]: {"file": str(CORPUS / "branches.yml")}
+                }
+            }
+        }
+    )
+    workflow = load_workflow(_with_workflow_tool(), settings=settings)
+    assert workflow.warnings == []
+    assert _agent_tool_names(workflow) == ["current_time", "order_lookup"]
+
+
+def test_a_run_without_the_workflow_tool_warns_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = fake.FakeLLMServer([script([(has_tool_results(0), answer("Order 7 shipped."))])])
+    with server:
+        settings = settings_of(server)
+        workflow = load_workflow(_with_workflow_tool(), settings=settings)
+        with caplog.at_level("WARNING"):
+            for query in ("Where is order 7?", "And order 8?"):
+                events = turn(workflow, settings, query, None, inputs={"user_name": "Ada"})
+                assert answer_of(events) == "Order 7 shipped."
+    warned = [r for r in caplog.records if "order_lookup" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    asked = [r.json() for r in server.requests if r.method == "POST"]
+    assert len(asked) == 2
+    for body in asked:
+        assert [t["function"]["name"] for t in body["tools"]] == ["current_time"]

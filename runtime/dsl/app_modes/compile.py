@@ -65,6 +65,8 @@ class EasyApp:
     knowledge_node: str | None = None
     shows_retriever_resources: bool = False
     features: Mapping[str, Any] = field(default_factory=dict)
+    # What Dify loads and runs without (the loader reports them as warnings).
+    warnings: tuple[Problem, ...] = ()
 
 
 class EasyAppSection(DslModel):
@@ -113,6 +115,7 @@ def compile_document(
         knowledge_node=KNOWLEDGE if config.datasets else None,
         shows_retriever_resources=config.retriever_resource.enabled,
         features=features,
+        warnings=tuple(_absent_tools(config)),
     )
     for name in easy.ignored:
         log.warning(t("dsl.app.ignoredFeature", app=document.app.name, feature=name))
@@ -137,6 +140,17 @@ def compile_document(
 def _file_upload(raw_config: Mapping[str, Any]) -> Any:
     block = raw_config.get("file_upload")
     return dict(block) if isinstance(block, Mapping) else {}
+
+
+def _absent_tools(config: ModelConfigSection) -> list[Problem]:
+    return [
+        Problem(
+            "dsl.app.workflowToolAbsent",
+            {"tool": tool.tool_name, "provider": tool.provider_name or tool.provider_id},
+            field=f"model_config.agent_mode.tools[{index}]",
+        )
+        for index, tool in config.absent_tools
+    ]
 
 
 def _problems(config: ModelConfigSection, mode: str) -> list[Problem]:
