@@ -355,6 +355,7 @@ class _Builder:
             agent_parameters=parameters,
             memory={"window": {"enabled": False}},
             vision={"enabled": upload.images, "configs": {"detail": upload.image.detail}},
+            replay_rounds=True,
         )
 
     def _respond(self, node_id: str, selector: tuple[str, str]) -> None:
