@@ -15,6 +15,7 @@ import pytest
 import yaml
 from firstgate.connectors.local_index import LocalIndex
 from firstgate.runtime import DslError, RunOptions, RunResources, load_workflow
+from firstgate.runtime.dsl.app_modes import compile_document
 from firstgate.runtime.loader import read_document
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.store import open_store
@@ -487,3 +488,82 @@ def test_a_run_without_the_workflow_tool_warns_once(
     assert len(asked) == 2
     for body in asked:
         assert [t["function"]["name"] for t in body["tools"]] == ["current_time"]
+
+
+# ---- an agent app's memory: the earlier turns' rounds, as Dify's agent runner replays them
+
+
+def test_a_react_agent_remembers_its_earlier_rounds_as_a_scratchpad(tmp_path: Path) -> None:
+    raw = _broken(agent_mode__strategy="react")
+    action = '{"action": "current_time", "action_input": {"timezone": "UTC"}}'
+    final = '{"action": "Final Answer", "action_input": "Noon in UTC."}'
+    scenario = script(
+        [
+            (mentions("And in Tokyo?"), answer('Action: {"action": "Final Answer", "action_input": "9pm."}')),
+            (mentions("Observation:"), answer(f"Thought: I know\nAction: {final}")),
+            (mentions("time"), answer(f"Thought: check the clock\nAction: {action}")),
+        ]
+    )  # fmt: skip
+    server = fake.FakeLLMServer([scenario])
+    store = open_store(tmp_path / "state.db")
+    try:
+        with server:
+            settings = settings_of(server)
+            workflow = load_workflow(raw, settings=settings)
+            given = {"user_name": "Ada"}
+            first = turn(workflow, settings, "What time is it?", store, inputs=given)
+            assert answer_of(first) == "Noon in UTC."
+            before = len(server.requests)
+            second = turn(workflow, settings, "And in Tokyo?", store, inputs=given)
+            assert answer_of(second) == "9pm."
+            (asked,) = [r.json() for r in server.requests[before:] if r.method == "POST"]
+    finally:
+        store.close()
+    system, user, remembered, query = asked["messages"]
+    assert system["role"] == "system" and user == {"role": "user", "content": "What time is it?"}
+    assert query["role"] == "user" and query["content"].startswith("And in Tokyo?")
+    assert remembered["role"] == "assistant"
+    thought, acted, observed, answered = remembered["content"].split("\n\n")
+    assert thought == "Thought: check the clock"
+    assert json.loads(acted.removeprefix("Action: ")) == {
+        "action": "current_time",
+        "action_input": {"timezone": "UTC"},
+    }
+    assert observed.startswith("Observation: 20")  # the real time tool's answer
+    assert answered == "Final Answer: Noon in UTC."
+
+
+def test_a_chatflow_agent_node_remembers_queries_and_answers_only(tmp_path: Path) -> None:
+    # Dify's workflow agent node gets the conversation's plain history: the
+    # replay of tool calls is the agent app's. The same graph as a chatflow:
+    document, _ = compile_document(_broken())
+    (agent,) = [n for n in document["workflow"]["graph"]["nodes"] if n["data"]["type"] == "agent"]
+    assert agent["data"].pop("replay_rounds") is True
+    scenario = script(
+        [
+            (has_tool_results(0), answer("Checking. ", [Call("current_time", {}, id="c1")])),
+            (has_tool_results(1), answer("It is late.")),
+        ]
+    )
+    server = fake.FakeLLMServer([scenario])
+    store = open_store(tmp_path / "state.db")
+    try:
+        with server:
+            settings = settings_of(server)
+            workflow = load_workflow(document, settings=settings)
+            assert workflow.app_mode == "advanced-chat"
+            given = {"user_name": "Ada"}
+            assert answer_of(turn(workflow, settings, "Time?", store, inputs=given)) == (
+                "Checking. It is late."
+            )
+            before = len(server.requests)
+            turn(workflow, settings, "Again?", store, inputs=given)
+            asked = next(r.json() for r in server.requests[before:] if r.method == "POST")
+    finally:
+        store.close()
+    roles = [(m["role"], m["content"]) for m in asked["messages"][1:]]
+    assert roles == [
+        ("user", "Time?"),
+        ("assistant", "Checking. It is late."),
+        ("user", "Again?"),
+    ]
