@@ -567,3 +567,29 @@ def test_a_chatflow_agent_node_remembers_queries_and_answers_only(tmp_path: Path
         ("assistant", "Checking. It is late."),
         ("user", "Again?"),
     ]
+
+
+def test_an_earlier_turns_deleted_image_is_left_out_of_the_memory(tmp_path: Path) -> None:
+    raw = _broken(file_upload__image__enabled=True)
+    app = tmp_path / "clock_agent.yml"
+    app.write_text(yaml.safe_dump(raw))
+    picture = tmp_path / "clock.png"
+    picture.write_bytes(b"\x89PNG\r\n\x1a\n" + b"a station clock")
+    server = fake.FakeLLMServer([script([(has_tool_results(0), answer("A clock."))])])
+    with server:
+        settings = settings_file(tmp_path, server)
+        common = (
+            "run", str(app), "--models", str(settings), "--json",
+            "--state", str(tmp_path / "state.db"), "--conversation", "c1",
+        )  # fmt: skip
+        done = firstgate(*common, "--query", "Which clock?", "--file", str(picture))
+        assert done.returncode == 0, done.stderr
+        kept = firstgate(*common, "--query", "And this one?")
+        picture.unlink()
+        gone = firstgate(*common, "--query", "Still there?")
+    assert kept.returncode == 0 and gone.returncode == 0, gone.stderr
+    asked = [r.json() for r in server.requests if r.method == "POST"]
+    remembered = [m for m in asked[1]["messages"] if m["role"] == "user"][0]
+    assert [p["type"] for p in remembered["content"]] == ["image_url", "text"]
+    left = [m for m in asked[2]["messages"] if m["role"] == "user"][0]
+    assert left == {"role": "user", "content": "Which clock?"}
