@@ -593,3 +593,31 @@ def test_an_earlier_turns_deleted_image_is_left_out_of_the_memory(tmp_path: Path
     assert [p["type"] for p in remembered["content"]] == ["image_url", "text"]
     left = [m for m in asked[2]["messages"] if m["role"] == "user"][0]
     assert left == {"role": "user", "content": "Which clock?"}
+
+
+def test_without_image_upload_an_earlier_turns_images_stay_out_of_the_memory(
+    tmp_path: Path,
+) -> None:
+    # The app as it is now decides: images turned off since, the earlier turn is
+    # its query alone.
+    app = tmp_path / "clock_agent.yml"
+    app.write_text(yaml.safe_dump(_broken(file_upload__image__enabled=True)))
+    picture = tmp_path / "clock.png"
+    picture.write_bytes(b"\x89PNG\r\n\x1a\n" + b"a station clock")
+    server = fake.FakeLLMServer([script([(has_tool_results(0), answer("A clock."))])])
+    with server:
+        common = (
+            "run", str(app), "--models", str(settings_file(tmp_path, server)), "--json",
+            "--state", str(tmp_path / "state.db"), "--conversation", "c1",
+        )  # fmt: skip
+        done = firstgate(*common, "--query", "Which clock?", "--file", str(picture))
+        assert done.returncode == 0, done.stderr
+        app.write_text(yaml.safe_dump(_broken(file_upload__image__enabled=False)))
+        again = firstgate(*common, "--query", "And this one?")
+    assert again.returncode == 0, again.stderr
+    asked = [r.json() for r in server.requests if r.method == "POST"]
+    assert len(asked) == 2
+    assert [m for m in asked[1]["messages"] if m["role"] == "user"][0] == {
+        "role": "user",
+        "content": "Which clock?",
+    }
