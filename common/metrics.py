@@ -136,7 +136,9 @@ class _Histogram:
     def observe_many(self, observations: list[tuple[str, float]]) -> None:
         """Each (label value, amount), under one hold of the lock."""
         bounds = self._bounds
-        slots = [(value, bisect.bisect_left(bounds, amount), amount) for value, amount in observations]
+        slots = [
+            (value, bisect.bisect_left(bounds, amount), amount) for value, amount in observations
+        ]
         with self._lock:
             rows = self._rows
             for value, slot, amount in slots:

@@ -81,7 +81,8 @@ class Encoder:
         self._resource = _field(b"\x0a", resource)
         self._scope = scope
         self._keys: dict[str, bytes] = {}
-        self._pairs: dict[tuple[str, Any, type], bytes] = {}
+        # Per field tag (a span's attributes, an event's): the bytes include it.
+        self._pairs: dict[bytes, dict[tuple[str, Any, type], bytes]] = {b"\x4a": {}, b"\x1a": {}}
         self._names: dict[str, bytes] = {}
 
     def encode(self, spans: Sequence[Span]) -> bytes:
@@ -95,7 +96,7 @@ class Encoder:
         return _field(b"\x0a", key.encode()) + _field(b"\x12", _any_value(value))
 
     def _attributes(self, tag: bytes, attributes: Mapping[str, Any]) -> list[bytes]:
-        pairs = self._pairs
+        pairs = self._pairs[tag]
         keys = self._keys
         out: list[bytes] = []
         for key, value in attributes.items():

@@ -76,9 +76,7 @@ def test_headers_come_from_the_environment_and_no_endpoint_is_no_tracing(tmp_pat
 
 @pytest.fixture
 def installed() -> telemetry.Tracing:
-    tracing = telemetry.install(
-        telemetry.TracingConfig(endpoint="http://unused"), MemoryExporter()
-    )
+    tracing = telemetry.install(telemetry.TracingConfig(endpoint="http://unused"), MemoryExporter())
     yield tracing
     tracing.close()
 
