@@ -13,10 +13,23 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from firstgate.common.telemetry import Span
+
+class Span(Protocol):
+    """What is read of a span (`common/telemetry.py:Span`, which imports this module)."""
+
+    trace_id: int
+    span_id: int
+    parent_id: int
+    name: str
+    kind: int
+    start_ns: int
+    end_ns: int
+    attributes: Mapping[str, Any]
+    events: list[tuple[int, str, Mapping[str, Any]]] | None
+    status: int
+    status_message: str
 
 _pack_fixed64 = struct.Struct("<Q").pack
 _pack_double = struct.Struct("<d").pack
