@@ -31,6 +31,7 @@ class Span(Protocol):
     status: int
     status_message: str
 
+
 _pack_fixed64 = struct.Struct("<Q").pack
 _pack_double = struct.Struct("<d").pack
 # Cached encodings are bounded: attribute values repeat (node types, routes),

@@ -209,3 +209,22 @@ def test_a_code_nodes_job_is_a_span_under_the_node(spans: MemoryExporter) -> Non
     (job,) = [s for s in finished if s.name == "code python3"]
     assert job.parent_id == node.span_id
     assert job.attributes["firstgate.code.executor"] == "ProcessSandbox"
+
+
+def test_a_running_runs_node_durations_reach_the_metrics_in_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    metrics.enable()
+    monkeypatch.setattr(metrics, "RUN_BATCH", 2)
+    seen: list[float | None] = []
+    for event in load_workflow(TEMPLATES).run({}):
+        if isinstance(event, ev.NodeFinished) and event.node_type == "template-transform":
+            seen.append(
+                metrics.sample(
+                    "firstgate_node_duration_seconds_count", {"node_type": "template-transform"}
+                )
+            )
+    # Handed over every two nodes while the run went on, the rest at its end.
+    assert seen[3] is not None and seen[3] >= 2
+    count = {"node_type": "template-transform"}
+    assert metrics.sample("firstgate_node_duration_seconds_count", count) == 5
