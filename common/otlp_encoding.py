@@ -34,9 +34,13 @@ class Span(Protocol):
 
 _pack_fixed64 = struct.Struct("<Q").pack
 _pack_double = struct.Struct("<d").pack
+_pack_times = struct.Struct("<BQBQ").pack  # start and end: tag, fixed64, tag, fixed64
 # Cached encodings are bounded: attribute values repeat (node types, routes),
 # ids do not, so a full cache is simply emptied.
 _CACHE_LIMIT = 16384
+# Only strings this short are cached: names, types, titles, routes repeat;
+# ids (a UUID is 36 characters) never do and would only churn the cache.
+_CACHED_TEXT = 32
 _SCOPE = "firstgate"
 
 
@@ -100,7 +104,9 @@ class Encoder:
         self._names: dict[str, bytes] = {}
 
     def encode(self, spans: Sequence[Span]) -> bytes:
-        body = b"".join([_field(b"\x12", self._span(span)) for span in spans])
+        # A batch's spans share a few traces and parents: their ids' bytes, once.
+        ids: dict[int, bytes] = {}
+        body = b"".join([_field(b"\x12", self._span(span, ids)) for span in spans])
         scope_spans = self._scope + body
         resource_spans = self._resource + _field(b"\x12", scope_spans)
         return _field(b"\x0a", resource_spans)
@@ -117,7 +123,7 @@ class Encoder:
             if value is None:
                 continue
             kind = type(value)
-            if kind is str and len(value) <= 64 or kind is int or kind is bool:
+            if kind is str and len(value) <= _CACHED_TEXT or kind is int or kind is bool:
                 pair = (key, value, kind)  # the type too: True == 1
                 found = pairs.get(pair)
                 if found is None:
@@ -143,23 +149,20 @@ class Encoder:
             found = self._names[name] = _field(b"\x2a", name.encode("utf-8", "replace"))
         return found
 
-    def _span(self, span: Span) -> bytes:
+    def _span(self, span: Span, ids: dict[int, bytes]) -> bytes:
         """A `Span`'s bytes (without its own tag and length)."""
-        parts = [
-            b"\x0a\x10",
-            span.trace_id.to_bytes(16, "big"),
-            b"\x12\x08",
-            span.span_id.to_bytes(8, "big"),
-        ]
+        trace = ids.get(span.trace_id)
+        if trace is None:
+            trace = ids[span.trace_id] = b"\x0a\x10" + span.trace_id.to_bytes(16, "big")
+        parts = [trace, b"\x12\x08", span.span_id.to_bytes(8, "big")]
         if span.parent_id:
-            parts.append(b"\x22\x08")
-            parts.append(span.parent_id.to_bytes(8, "big"))
+            parent = ids.get(-span.parent_id)  # negative: not mistaken for a trace id
+            if parent is None:
+                parent = ids[-span.parent_id] = b"\x22\x08" + span.parent_id.to_bytes(8, "big")
+            parts.append(parent)
         parts.append(self._name(span.name))
         parts.append(b"\x30" + _SMALL[span.kind])
-        parts.append(b"\x39")
-        parts.append(_pack_fixed64(span.start_ns))
-        parts.append(b"\x41")
-        parts.append(_pack_fixed64(span.end_ns))
+        parts.append(_pack_times(0x39, span.start_ns, 0x41, span.end_ns))
         parts.extend(self._attributes(b"\x4a", span.attributes))
         events = span.events
         if events:
