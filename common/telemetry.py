@@ -483,17 +483,24 @@ def context_of(span: Span | None) -> Span | None:
     return span
 
 
-@contextmanager
-def activated(context: Span | None) -> Iterator[None]:
-    """Run the block with `context` current (a node attempt under its node's span)."""
-    if context is None:
-        yield
-        return
-    token = _current.set(context)
-    try:
-        yield
-    finally:
-        _current.reset(token)
+class activated:  # noqa: N801 - used as a function: `with activated(span):`
+    """Run the block with `context` current (a node attempt under its node's
+    span). A class, not a generator: it is entered for every node attempt."""
+
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, context: Span | None) -> None:
+        self._context = context
+        self._token: contextvars.Token[Span | None] | None = None
+
+    def __enter__(self) -> None:
+        if self._context is not None:
+            self._token = _current.set(self._context)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
 
 
 @contextmanager

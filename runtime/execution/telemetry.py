@@ -199,7 +199,8 @@ class RunTelemetry:
         span = self._spans.pop(execution.id, None)
         if span is None:
             return
-        attributes: dict[str, Any] = {"firstgate.node.status": event.status}
+        attributes = span.attributes  # the span's own dict: written in place
+        attributes["firstgate.node.status"] = event.status
         attempt = getattr(event, "attempt", None)
         if attempt is not None:
             attributes["firstgate.node.attempts"] = attempt
@@ -212,7 +213,6 @@ class RunTelemetry:
             attributes["firstgate.node.error_strategy"] = strategy
         if event.error_type:
             attributes["error.type"] = event.error_type
-        span.set_attributes(attributes)
         if event.status in ("failed", "stopped"):
             _failed(span, event.error_type or event.status)
         if self._tracing is not None and self._tracing.capture_content:
