@@ -59,9 +59,12 @@ SHUTDOWN_TIMEOUT_MS = 2000
 RETRY_AFTER_S = 30.0
 # Spans waiting for the export thread; one more is dropped (and logged once).
 MAX_QUEUE = 8192
-# Spans per export request, and how long a span may wait for a full batch.
+# Spans per export request; how long a span may wait for the export thread,
+# which is woken earlier only when this many wait (not in the middle of a
+# typical run: its encoding would compete with the run for the GIL).
 BATCH_SIZE = 512
 SCHEDULE_DELAY_S = 1.0
+WAKE_AT = MAX_QUEUE // 4
 
 KIND_INTERNAL = 1
 KIND_CLIENT = 3
@@ -186,7 +189,7 @@ class _Queue:
                 log.warning(t("errors.telemetry.queueFull", None, limit=self.limit))
             return
         items.append(item)
-        if size + 1 == BATCH_SIZE:
+        if size + 1 == WAKE_AT:
             self._wake.set()
 
 

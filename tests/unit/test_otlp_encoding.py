@@ -121,7 +121,7 @@ def test_a_full_queue_drops_spans_and_logs_once(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="firstgate.telemetry")
     monkeypatch.setattr(telemetry, "MAX_QUEUE", 10)
-    monkeypatch.setattr(telemetry, "BATCH_SIZE", 1)  # the first span wakes the thread
+    monkeypatch.setattr(telemetry, "WAKE_AT", 1)  # the first span wakes the thread
     blocked = _Blocked()
     tracing = telemetry.Tracing(telemetry.TracingConfig(endpoint="http://unused"), blocked)
     try:
