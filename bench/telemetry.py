@@ -26,6 +26,7 @@ patch_gevent_if_asked()
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
+import random  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -143,12 +144,15 @@ def main() -> None:
         thread_ratios: dict[str, list[float]] = {name: [] for name in modes}
         one_run(workflow, options, resources)  # warm-up: templates compiled
         names = list(modes)
-        for round_index in range(args.rounds):
+        shuffle = random.Random(17)
+        for _ in range(args.rounds):
             spent: dict[str, float] = {}
             own: dict[str, float] = {}
-            # The order turns each round: no mode always runs after the traced one.
-            turn = round_index % len(names)
-            for name in names[turn:] + names[:turn]:
+            # A new order each round (seeded): no mode always runs after the
+            # traced one, whose aftermath (freed spans) would be charged to it.
+            order = list(names)
+            shuffle.shuffle(order)
+            for name in order:
                 start, stop = modes[name]
                 gc.collect()  # the garbage of the mode before (a thousand spans) is not this one's
                 start()
