@@ -5,7 +5,11 @@ each Celery worker); until then every recording function is a check of one
 global and nothing of `prometheus_client` is imported. Who records what:
 
 - a run's facts (runs by app and status, node durations by type, retries,
-  fallbacks): `runtime/execution/telemetry.py`, the run report's observer;
+  fallbacks): `runtime/execution/telemetry.py`, the run report's observer.
+  Node durations are kept by the run and handed over in batches
+  (`nodes_ended`: every `RUN_BATCH` nodes and at the run's end), so a node
+  costs a list append, not a lock: a scrape sees a running run's nodes at the
+  latest `RUN_BATCH` nodes late;
 - a model call's (time to first token by route, gate trips by cause, probe
   verdicts): the invoke path (`plugin_daemon_client/invoke.py`);
 - open event streams: serve's streaming replies (`serve/api.py`);
@@ -25,6 +29,8 @@ from typing import Any
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# Node durations a run keeps before it hands them to the histogram.
+RUN_BATCH = 256
 _TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
@@ -127,6 +133,21 @@ class _Histogram:
             row[slot] += 1
             row[-1] += amount
 
+    def observe_many(self, observations: list[tuple[str, float]]) -> None:
+        """Each (label value, amount), under one hold of the lock."""
+        bounds = self._bounds
+        slots = [
+            (value, bisect.bisect_left(bounds, amount), amount) for value, amount in observations
+        ]
+        with self._lock:
+            rows = self._rows
+            for value, slot, amount in slots:
+                row = rows.get(value)
+                if row is None:
+                    row = rows[value] = [0.0] * (len(bounds) + 2)
+                row[slot] += 1
+                row[-1] += amount
+
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import HistogramMetricFamily
 
@@ -195,14 +216,18 @@ def exposition() -> bytes:
 # ---- recording (each a no-op while off)
 
 
-def run_ended(app: str, status: str) -> None:
+def run_ended(app: str, status: str, durations: list[tuple[str, float]]) -> None:
+    """A run ended: its status, and the node durations it still holds."""
+    nodes_ended(durations)
     if (s := _series) is not None:
         s.child(s.runs, app, status).inc()
 
 
-def node_ended(node_type: str, seconds: float) -> None:
-    if (s := _series) is not None:
-        s.node_seconds.observe(node_type, seconds)
+def nodes_ended(durations: list[tuple[str, float]]) -> None:
+    """Node durations (node type, seconds) a run kept; the list is emptied."""
+    if (s := _series) is not None and durations:
+        s.node_seconds.observe_many(durations)
+    durations.clear()
 
 
 def first_token(route: str, seconds: float) -> None:

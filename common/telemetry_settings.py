@@ -10,7 +10,7 @@ tracing from it).
       capture_content: false                          # prompts, answers, node inputs/outputs
       propagate: true                                 # send traceparent to models and HTTP targets
 
-No endpoint: no tracing (nothing of OpenTelemetry's SDK is loaded). An
+No endpoint: no tracing (no export thread starts, nothing is encoded). An
 endpoint with credentials in it (`user:password@`) is refused, as a model
 route's `base_url` is: a key goes in a header read from the environment.
 """

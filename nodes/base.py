@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from firstgate.common.cancel import CancelToken
+from firstgate.common.files import File
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.selectors import Selector
 
@@ -176,10 +177,14 @@ def system_outputs(ctx: NodeContext) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class ChatTurn:
-    """An earlier turn of the conversation (an LLM node's memory reads these)."""
+    """An earlier turn of the conversation (an LLM node's memory reads these).
+    An agent app's memory also replays the turn's agent rounds (`thoughts`, as
+    the agent node kept them) and the images its user sent (`files`)."""
 
     query: str
     answer: str
+    thoughts: tuple[Mapping[str, Any], ...] = ()
+    files: tuple[File, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from firstgate.common import metrics, telemetry
 from .errors import StreamCancelledError, StreamTimeoutError
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span
+    from firstgate.common.telemetry import Span
 
     from .first_token_budget import ResolvedBudget
     from .gate import Gate
@@ -164,16 +164,8 @@ def model_call(
         finally:
             _current.reset(token)
         return
-    from opentelemetry.trace import SpanKind, StatusCode
-
     attributes = _attributes(route, kind, base_url, model, parameters, budget)
-    with tracing.tracer.start_as_current_span(
-        f"chat {model}" if model else "chat",
-        kind=SpanKind.CLIENT,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
+    with telemetry.current_span(tracing, f"chat {model}" if model else "chat", attributes) as span:
         record = CallRecord(route, span)
         token = _current.set(record)
         try:
@@ -190,7 +182,7 @@ def model_call(
                     {"firstgate.gate.cause": cause, "firstgate.elapsed_s": exc.progress.elapsed_s},
                 )
             if not isinstance(exc, StreamCancelledError):
-                span.set_status(StatusCode.ERROR, type(exc).__name__)
+                span.set_error(type(exc).__name__)
             raise
         finally:
             _current.reset(token)

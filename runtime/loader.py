@@ -128,7 +128,7 @@ class _Loader:
         self.problems: list[Problem] = []
         # What Dify loads but runs in its own way (an edge never taken, a value
         # missing): reported, never refused.
-        self.warnings: list[Problem] = []
+        self.warnings: list[Problem] = list(easy.warnings) if easy is not None else []
         # Nodes that failed validation: references to them are not reported twice.
         self.broken: set[str] = set()
         self.dropped_edges = False

@@ -19,7 +19,7 @@ from firstgate.common.files import DEFAULT_SIZE_LIMITS, MB, FileType
 from firstgate.locales import DEFAULT_LOCALE, catalog, normalize_locale, t
 from firstgate.nodes.base import RoutePlanner
 from firstgate.runtime.settings import RuntimeSettings
-from firstgate.serve import bodies, uploads, webhooks
+from firstgate.serve import bodies, chat_app, uploads, webhooks
 from firstgate.serve.access_log import APP_ENVIRON_KEY
 from firstgate.serve.agent_chat import AGENT_CHAT_MODE, AgentChatReply, message_thoughts
 from firstgate.serve.agent_chat import blocking_refused as agent_blocking_refused
@@ -455,6 +455,8 @@ class ServiceApi(RecordsApi, HumanInputApi):
         if agent:
             return self._translated_stream(handle, AgentChatReply(handle).frames)
         if body.response_mode == "streaming":
+            if app.mode == chat_app.CHAT_MODE:
+                return self._translated_stream(handle, chat_app.frames)
             return self._streaming(handle)
         return _json(chat_reply(handle, app, _wait(handle.stream)))
 
@@ -513,7 +515,7 @@ class ServiceApi(RecordsApi, HumanInputApi):
     def _translated_stream(
         self, handle: RunHandle, translate: Callable[[bytes], list[bytes]]
     ) -> Response:
-        """Another app mode's events (a completion or agent app's), unnumbered as Dify's."""
+        """Another app mode's events (a chat, completion or agent app's), unnumbered as Dify's."""
 
         def frames() -> Iterator[bytes]:
             metrics.stream_opened()

@@ -30,6 +30,10 @@ TRIGGERED_FROM = (TRIGGERED_APP_RUN, TRIGGERED_WEBHOOK, TRIGGERED_SCHEDULE)
 MESSAGE_NORMAL = "normal"
 MESSAGE_ERROR = "error"
 MESSAGE_STOPPED = "stopped"
+# The variable a chat turn's own files come in as (a file record's `variable`).
+SYS_FILES = "sys.files"
+# The node type whose process data keeps an agent's rounds (`agent_thoughts`).
+AGENT_NODE_TYPE = "agent"
 
 
 class StoreError(LocalizedError):
@@ -38,10 +42,14 @@ class StoreError(LocalizedError):
 
 @dataclass(frozen=True, slots=True)
 class HistoryTurn:
-    """One earlier turn of a conversation, as the LLM node's memory reads it."""
+    """One earlier turn of a conversation, as the LLM node's memory reads it;
+    an agent app's memory also reads the turn's agent rounds (its agent nodes'
+    `agent_thoughts`) and the files the user sent with it (`sys.files`)."""
 
     query: str
     answer: str
+    thoughts: tuple[dict[str, Any], ...] = ()
+    files: tuple[FileRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,9 +34,11 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from firstgate.store.base import (
+    AGENT_NODE_TYPE,
     FORM_SUBMITTED,
     FORM_WAITING,
     MESSAGE_NORMAL,
+    SYS_FILES,
     CheckpointRecord,
     ConversationRecord,
     FeedbackRecord,
@@ -222,16 +224,45 @@ class RelationalStore(Store):
             (conversation_id,),
         ).fetchall():
             state.variables[name] = VariableValue(value_type, _load(value))
+        turns = tx.execute(
+            "SELECT query, answer, workflow_run_id FROM messages WHERE conversation_id = ? "
+            "AND status = ? ORDER BY seq",
+            (conversation_id, MESSAGE_NORMAL),
+        ).fetchall()
+        thoughts, files = self._turn_details(tx, conversation_id)
         state.history = [
-            HistoryTurn(query, answer)
-            for query, answer in tx.execute(
-                "SELECT query, answer FROM messages WHERE conversation_id = ? AND status = ? "
-                "ORDER BY seq",
-                (conversation_id, MESSAGE_NORMAL),
-            ).fetchall()
+            HistoryTurn(query, answer, tuple(thoughts.get(run, ())), tuple(files.get(run, ())))
+            for query, answer, run in turns
         ]
         state.dialogue_count = len(state.history)
         return state
+
+    def _turn_details(
+        self, tx: Tx, conversation_id: str
+    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[FileRecord]]]:
+        """Each answered turn's agent rounds and the files its user sent, by run id."""
+        thoughts: dict[str, list[dict[str, Any]]] = {}
+        for run, process_data in tx.execute(
+            "SELECT n.workflow_run_id, n.process_data FROM node_executions n "
+            "JOIN messages m ON m.workflow_run_id = n.workflow_run_id "
+            "WHERE m.conversation_id = ? AND m.status = ? AND n.node_type = ? "
+            "ORDER BY m.seq, n.idx",
+            (conversation_id, MESSAGE_NORMAL, AGENT_NODE_TYPE),
+        ).fetchall():
+            found = (_load(process_data) or {}).get("agent_thoughts")
+            if isinstance(found, list):
+                thoughts.setdefault(run, []).extend(t for t in found if isinstance(t, dict))
+        files: dict[str, list[FileRecord]] = {}
+        for run, *record in tx.execute(
+            "SELECT f.workflow_run_id, f.id, f.variable, f.belongs_to, f.filename, f.extension, "
+            "f.mime_type, f.size, f.transfer_method, f.remote_url, f.path FROM files f "
+            "JOIN messages m ON m.workflow_run_id = f.workflow_run_id "
+            "WHERE m.conversation_id = ? AND m.status = ? AND f.belongs_to = ? "
+            "AND f.variable = ? ORDER BY m.seq",
+            (conversation_id, MESSAGE_NORMAL, "user", SYS_FILES),
+        ).fetchall():
+            files.setdefault(run, []).append(FileRecord(*record))
+        return thoughts, files
 
     def _release(self, conversation_id: str, owner: str) -> None:
         with self.db.transaction(leases=True) as tx:

@@ -34,6 +34,7 @@ from typing import Any, Literal
 from firstgate.common.dsl import DslModel, dsl_error, shown
 from firstgate.common.sections import Sections, context_sections, validation_context
 from firstgate.nodes.agent import plugin as agent_plugin
+from firstgate.nodes.agent.history import function_calling_history, react_history
 from firstgate.nodes.agent.strategies import Rounds, function_calling, react
 from firstgate.nodes.agent.tools import ToolEntry, bind
 from firstgate.nodes.base import Needs, NodeContext, NodeResult, NodeRunError
@@ -76,6 +77,10 @@ class Data(BaseNodeData):
     # its model with the query, as Dify's agent runner sends them (built-in
     # strategies; `runtime/dsl/app_modes` sets it).
     vision: VisionConfig = Field(default_factory=VisionConfig)
+    # Not in Dify's agent node either: an agent-chat app's memory replays each
+    # earlier turn's rounds (tool calls and results) and images, as Dify's agent
+    # runner does; a chatflow's agent node remembers queries and answers only.
+    replay_rounds: bool = False
     invocation: Invocation = Field(default_factory=Invocation)
 
     @model_validator(mode="before")
@@ -215,9 +220,14 @@ def output_names(data: Data) -> set[str]:
 def history_of(data: Data, ctx: NodeContext) -> list[dict[str, Any]]:
     """The conversation's earlier turns as messages, when the node's memory is on."""
     memory = data.memory
-    if memory is not None and memory.enabled and ctx.variables.get(("sys", "conversation_id")):
+    if memory is None or not memory.enabled or not ctx.variables.get(("sys", "conversation_id")):
+        return []
+    if not data.replay_rounds or data.plugin:
         return history_messages(ctx.history, memory)
-    return []
+    turns = list(ctx.history)[-memory.turns :]
+    if data.strategy == "function_calling":
+        return function_calling_history(turns, data.vision)
+    return react_history(turns, data.vision)
 
 
 def parameter_value(item: AgentInput, ctx: NodeContext) -> Any:

@@ -17,11 +17,12 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
-from firstgate.common.files import File, FileRules
+from firstgate.common.files import File, FileRules, TransferMethod, file_type_for
 from firstgate.common.storable_text import mend
 from firstgate.nodes.base import ChatTurn
 from firstgate.nodes.start import coerce_files
@@ -35,6 +36,7 @@ from firstgate.store.base import (
     MESSAGE_ERROR,
     MESSAGE_NORMAL,
     MESSAGE_STOPPED,
+    SYS_FILES,
     TRIGGERED_APP_RUN,
     FileRecord,
     MessageRecord,
@@ -82,7 +84,6 @@ class SessionApp(Protocol):
 DEFAULT_USER = "firstgate"
 # How long a turn waits for an earlier turn of the same conversation to end.
 DEFAULT_TURN_WAIT_S = 300.0
-SYS_FILES = "sys.files"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +171,10 @@ class RunSession:
             for name, stored in turn.state.variables.items():
                 if self.conversation_types.get(name) == stored.value_type:
                     self.conversation[name] = stored.value
-            self.history = [ChatTurn(h.query, h.answer) for h in turn.state.history]
+            self.history = [
+                ChatTurn(h.query, h.answer, h.thoughts, tuple(_history_files(h.files)))
+                for h in turn.state.history
+            ]
             dialogue_count = turn.state.dialogue_count
         self.files: list[tuple[str, File]] = []
         self.system: dict[str, Any] = {
@@ -330,6 +334,26 @@ def storable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [storable(v) for v in value]
     return value
+
+
+def _history_files(records: Sequence[FileRecord]) -> Iterator[File]:
+    """An earlier turn's files as it received them; one no longer there is left out
+    (a later turn does not fail for a deleted upload)."""
+    for record in records:
+        path = Path(record.path) if record.path else None
+        if record.remote_url is None and (path is None or not path.is_file()):
+            continue
+        yield File(
+            type=file_type_for(record.extension, record.mime_type),
+            transfer_method=TransferMethod(record.transfer_method),
+            filename=record.filename,
+            extension=record.extension,
+            mime_type=record.mime_type,
+            size=record.size,
+            related_id=record.id,
+            remote_url=record.remote_url,
+            path=path,
+        )
 
 
 def _file_record(variable: str, file: File) -> FileRecord:

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from firstgate.plugin_daemon_client.gate import WaitInfo
     from firstgate.runtime.execution import events as ev
     from firstgate.runtime.execution.frames import Execution
-    from opentelemetry.context import Context
-    from opentelemetry.trace import Span
+
+Span = telemetry.Span
 
 # Content attributes are cut here: a span is not a store.
 CONTENT_LIMIT = 8192
@@ -46,7 +46,7 @@ class RunTelemetry:
     """Spans and metrics of one run, from the facts its report receives."""
 
     def __init__(
-        self, info: ev.RunInfo, app: str, parent: Context | None, tracing: telemetry.Tracing | None
+        self, info: ev.RunInfo, app: str, parent: Span | None, tracing: telemetry.Tracing | None
     ) -> None:
         self.info = info
         self.app = app
@@ -56,6 +56,8 @@ class RunTelemetry:
         self._spans: dict[str, Span] = {}  # execution id -> its span
         self._rounds: dict[tuple[str, int], Span] = {}  # (container execution id, round)
         self._round_end: dict[tuple[str, int], int] = {}  # when its last node ended (ns)
+        # Node durations, handed to the metrics in batches (see `metrics.nodes_ended`).
+        self._durations: list[tuple[str, float]] = []
 
     @classmethod
     def start(cls, info: ev.RunInfo, app: str, traceparent: str | None) -> RunTelemetry | None:
@@ -82,12 +84,10 @@ class RunTelemetry:
         }
         if info.conversation_id:
             attributes["gen_ai.conversation.id"] = info.conversation_id
-        self._run = self._tracing.tracer.start_span(
-            f"workflow {self.app}", context=self._parent, attributes=attributes
-        )
+        self._run = self._tracing.start_span(f"workflow {self.app}", self._parent, attributes)
 
     def run_ended(self, terminal: ev.WorkflowFinished) -> None:
-        metrics.run_ended(self.app, terminal.status)
+        metrics.run_ended(self.app, terminal.status, self._durations)
         span = self._run
         if span is None:
             return
@@ -122,15 +122,15 @@ class RunTelemetry:
         place = execution.frame.place
         if place is not None:
             attributes["firstgate.round.index"] = place.index
-        self._spans[execution.id] = self._tracing.tracer.start_span(
+        self._spans[execution.id] = self._tracing.start_span(
             f"{node.type} {node.title}" if node.title else node.type,
-            context=telemetry.context_of(self._parent_span(execution)),
-            attributes=attributes,
+            self._parent_span(execution),
+            attributes,
         )
 
-    def attempt_context(self, execution: Execution) -> Context | None:
+    def attempt_context(self, execution: Execution) -> Span | None:
         """The context a node attempt runs in: its node's span current."""
-        return telemetry.context_of(self._spans.get(execution.id))
+        return self._spans.get(execution.id)
 
     def first_token(
         self, execution: Execution, attempt: int, target: str | None, ttft: float
@@ -192,11 +192,15 @@ class RunTelemetry:
     def node_ended(
         self, execution: Execution, event: ev.NodeFinished | ev.ContainerCompleted
     ) -> None:
-        metrics.node_ended(execution.node.type, event.node_elapsed)
+        durations = self._durations
+        durations.append((execution.node.type, event.node_elapsed))
+        if len(durations) >= metrics.RUN_BATCH:
+            metrics.nodes_ended(durations)
         span = self._spans.pop(execution.id, None)
         if span is None:
             return
-        attributes: dict[str, Any] = {"firstgate.node.status": event.status}
+        attributes = span.attributes  # the span's own dict: written in place
+        attributes["firstgate.node.status"] = event.status
         attempt = getattr(event, "attempt", None)
         if attempt is not None:
             attributes["firstgate.node.attempts"] = attempt
@@ -209,7 +213,6 @@ class RunTelemetry:
             attributes["firstgate.node.error_strategy"] = strategy
         if event.error_type:
             attributes["error.type"] = event.error_type
-        span.set_attributes(attributes)
         if event.status in ("failed", "stopped"):
             _failed(span, event.error_type or event.status)
         if self._tracing is not None and self._tracing.capture_content:
@@ -236,15 +239,15 @@ class RunTelemetry:
         if span is None and self._tracing is not None:
             container = self._spans.get(owner.execution.id)
             started = time.time_ns() - int((time.monotonic() - frame.started) * 1e9)
-            span = self._rounds[key] = self._tracing.tracer.start_span(
+            span = self._rounds[key] = self._tracing.start_span(
                 f"{owner.kind} round {frame.index}",
-                context=telemetry.context_of(container),
-                start_time=started,
-                attributes={
+                container,
+                {
                     "firstgate.round.kind": owner.kind,
                     "firstgate.round.index": frame.index,
                     "firstgate.node.id": owner.execution.node.id,
                 },
+                start_time=started,
             )
         return span
 
@@ -254,9 +257,7 @@ class RunTelemetry:
 
 
 def _failed(span: Span, cause: str) -> None:
-    from opentelemetry.trace import StatusCode
-
-    span.set_status(StatusCode.ERROR, cause)
+    span.set_error(cause)
 
 
 def _content(value: Any) -> str:

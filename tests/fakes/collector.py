@@ -106,3 +106,17 @@ def nothing_listening() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}/v1/traces"
+
+
+class MemoryExporter:
+    """Keeps every batch the export thread hands it (a `telemetry.SpanExporter`
+    for tests that read spans back in-process)."""
+
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+        self.batches = 0
+
+    def __call__(self, spans: Any) -> bool:
+        self.batches += 1
+        self.spans.extend(spans)
+        return True

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from firstgate.connectors.local_index import LocalIndex
 from firstgate.runtime import DslError, RunOptions, RunResources, load_workflow
+from firstgate.runtime.dsl.app_modes import compile_document
 from firstgate.runtime.loader import read_document
 from firstgate.runtime.settings import RuntimeSettings
 from firstgate.store import open_store
@@ -415,3 +416,208 @@ def test_a_react_agent_apps_images_go_with_the_query_every_round(tmp_path: Path)
         assert text["text"].startswith("Which clock is this?")
         assert image["image_url"]["url"].startswith("data:image/png;base64,")
         assert image["image_url"]["detail"] == "high"
+
+
+# ---- a workflow tool the export cannot carry: Dify's agent runs without it
+
+WORKFLOW_TOOL = {
+    "enabled": True,
+    "provider_type": "workflow",
+    "provider_id": "0b5c3e1a-9d2f-4c6e-8f71-2a4d6b8c0e13",
+    "provider_name": "order_lookup",
+    "tool_name": "order_lookup",
+    "tool_label": "Order lookup",
+    "tool_parameters": {"order_id": ""},
+}
+ABSENT = "dsl.app.workflowToolAbsent"
+
+
+def _with_workflow_tool() -> dict[str, Any]:
+    raw = read_document(CORPUS / "easy_agent_chat.yml")
+    tools = [t for t in raw["model_config"]["agent_mode"]["tools"] if t.get("enabled")]
+    return _broken(agent_mode__tools=[*copy.deepcopy(tools), WORKFLOW_TOOL])
+
+
+def _agent_tool_names(workflow: Any) -> list[str]:
+    agent = workflow.graph.all_nodes["agent"].data
+    return [t.tool_name for t in agent.tools]  # type: ignore[attr-defined]
+
+
+def test_an_undefined_workflow_tool_is_a_warning_and_left_out(tmp_path: Path) -> None:
+    workflow = load_workflow(_with_workflow_tool())
+    (warning,) = workflow.warnings
+    assert warning.message_key == ABSENT and warning.field == "model_config.agent_mode.tools[1]"
+    assert "order_lookup" in warning.render() and "tools.workflow_providers" in warning.render()
+    assert _agent_tool_names(workflow) == ["current_time"]
+    path = tmp_path / "orders_agent.yml"
+    path.write_text(yaml.safe_dump(_with_workflow_tool()))
+    done = firstgate("validate", str(path), "--locale", "de-DE")
+    assert done.returncode == 0, done.stderr
+    assert "model_config.agent_mode.tools[1] das Werkzeug order_lookup" in done.stdout
+
+
+def test_a_workflow_tool_the_settings_define_is_the_agents(tmp_path: Path) -> None:
+    settings = RuntimeSettings.model_validate(
+        {
+            "tools": {
+                "workflow_providers": {
+                    WORKFLOW_TOOL["provider_id"]: {"file": str(CORPUS / "branches.yml")}
+                }
+            }
+        }
+    )
+    workflow = load_workflow(_with_workflow_tool(), settings=settings)
+    assert workflow.warnings == []
+    assert _agent_tool_names(workflow) == ["current_time", "order_lookup"]
+
+
+def test_a_run_without_the_workflow_tool_warns_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = fake.FakeLLMServer([script([(has_tool_results(0), answer("Order 7 shipped."))])])
+    with server:
+        settings = settings_of(server)
+        workflow = load_workflow(_with_workflow_tool(), settings=settings)
+        with caplog.at_level("WARNING"):
+            for query in ("Where is order 7?", "And order 8?"):
+                events = turn(workflow, settings, query, None, inputs={"user_name": "Ada"})
+                assert answer_of(events) == "Order 7 shipped."
+    warned = [r for r in caplog.records if "order_lookup" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    asked = [r.json() for r in server.requests if r.method == "POST"]
+    assert len(asked) == 2
+    for body in asked:
+        assert [t["function"]["name"] for t in body["tools"]] == ["current_time"]
+
+
+# ---- an agent app's memory: the earlier turns' rounds, as Dify's agent runner replays them
+
+
+def test_a_react_agent_remembers_its_earlier_rounds_as_a_scratchpad(tmp_path: Path) -> None:
+    raw = _broken(agent_mode__strategy="react")
+    action = '{"action": "current_time", "action_input": {"timezone": "UTC"}}'
+    final = '{"action": "Final Answer", "action_input": "Noon in UTC."}'
+    scenario = script(
+        [
+            (mentions("And in Tokyo?"), answer('Action: {"action": "Final Answer", "action_input": "9pm."}')),
+            (mentions("Observation:"), answer(f"Thought: I know\nAction: {final}")),
+            (mentions("time"), answer(f"Thought: check the clock\nAction: {action}")),
+        ]
+    )  # fmt: skip
+    server = fake.FakeLLMServer([scenario])
+    store = open_store(tmp_path / "state.db")
+    try:
+        with server:
+            settings = settings_of(server)
+            workflow = load_workflow(raw, settings=settings)
+            given = {"user_name": "Ada"}
+            first = turn(workflow, settings, "What time is it?", store, inputs=given)
+            assert answer_of(first) == "Noon in UTC."
+            before = len(server.requests)
+            second = turn(workflow, settings, "And in Tokyo?", store, inputs=given)
+            assert answer_of(second) == "9pm."
+            (asked,) = [r.json() for r in server.requests[before:] if r.method == "POST"]
+    finally:
+        store.close()
+    system, user, remembered, query = asked["messages"]
+    assert system["role"] == "system" and user == {"role": "user", "content": "What time is it?"}
+    assert query["role"] == "user" and query["content"].startswith("And in Tokyo?")
+    assert remembered["role"] == "assistant"
+    thought, acted, observed, answered = remembered["content"].split("\n\n")
+    assert thought == "Thought: check the clock"
+    assert json.loads(acted.removeprefix("Action: ")) == {
+        "action": "current_time",
+        "action_input": {"timezone": "UTC"},
+    }
+    assert observed.startswith("Observation: 20")  # the real time tool's answer
+    assert answered == "Final Answer: Noon in UTC."
+
+
+def test_a_chatflow_agent_node_remembers_queries_and_answers_only(tmp_path: Path) -> None:
+    # Dify's workflow agent node gets the conversation's plain history: the
+    # replay of tool calls is the agent app's. The same graph as a chatflow:
+    document, _ = compile_document(_broken())
+    (agent,) = [n for n in document["workflow"]["graph"]["nodes"] if n["data"]["type"] == "agent"]
+    assert agent["data"].pop("replay_rounds") is True
+    scenario = script(
+        [
+            (has_tool_results(0), answer("Checking. ", [Call("current_time", {}, id="c1")])),
+            (has_tool_results(1), answer("It is late.")),
+        ]
+    )
+    server = fake.FakeLLMServer([scenario])
+    store = open_store(tmp_path / "state.db")
+    try:
+        with server:
+            settings = settings_of(server)
+            workflow = load_workflow(document, settings=settings)
+            assert workflow.app_mode == "advanced-chat"
+            given = {"user_name": "Ada"}
+            assert answer_of(turn(workflow, settings, "Time?", store, inputs=given)) == (
+                "Checking. It is late."
+            )
+            before = len(server.requests)
+            turn(workflow, settings, "Again?", store, inputs=given)
+            asked = next(r.json() for r in server.requests[before:] if r.method == "POST")
+    finally:
+        store.close()
+    roles = [(m["role"], m["content"]) for m in asked["messages"][1:]]
+    assert roles == [
+        ("user", "Time?"),
+        ("assistant", "Checking. It is late."),
+        ("user", "Again?"),
+    ]
+
+
+def test_an_earlier_turns_deleted_image_is_left_out_of_the_memory(tmp_path: Path) -> None:
+    raw = _broken(file_upload__image__enabled=True)
+    app = tmp_path / "clock_agent.yml"
+    app.write_text(yaml.safe_dump(raw))
+    picture = tmp_path / "clock.png"
+    picture.write_bytes(b"\x89PNG\r\n\x1a\n" + b"a station clock")
+    server = fake.FakeLLMServer([script([(has_tool_results(0), answer("A clock."))])])
+    with server:
+        settings = settings_file(tmp_path, server)
+        common = (
+            "run", str(app), "--models", str(settings), "--json",
+            "--state", str(tmp_path / "state.db"), "--conversation", "c1",
+        )  # fmt: skip
+        done = firstgate(*common, "--query", "Which clock?", "--file", str(picture))
+        assert done.returncode == 0, done.stderr
+        kept = firstgate(*common, "--query", "And this one?")
+        picture.unlink()
+        gone = firstgate(*common, "--query", "Still there?")
+    assert kept.returncode == 0 and gone.returncode == 0, gone.stderr
+    asked = [r.json() for r in server.requests if r.method == "POST"]
+    remembered = [m for m in asked[1]["messages"] if m["role"] == "user"][0]
+    assert [p["type"] for p in remembered["content"]] == ["image_url", "text"]
+    left = [m for m in asked[2]["messages"] if m["role"] == "user"][0]
+    assert left == {"role": "user", "content": "Which clock?"}
+
+
+def test_without_image_upload_an_earlier_turns_images_stay_out_of_the_memory(
+    tmp_path: Path,
+) -> None:
+    # The app as it is now decides: images turned off since, the earlier turn is
+    # its query alone.
+    app = tmp_path / "clock_agent.yml"
+    app.write_text(yaml.safe_dump(_broken(file_upload__image__enabled=True)))
+    picture = tmp_path / "clock.png"
+    picture.write_bytes(b"\x89PNG\r\n\x1a\n" + b"a station clock")
+    server = fake.FakeLLMServer([script([(has_tool_results(0), answer("A clock."))])])
+    with server:
+        common = (
+            "run", str(app), "--models", str(settings_file(tmp_path, server)), "--json",
+            "--state", str(tmp_path / "state.db"), "--conversation", "c1",
+        )  # fmt: skip
+        done = firstgate(*common, "--query", "Which clock?", "--file", str(picture))
+        assert done.returncode == 0, done.stderr
+        app.write_text(yaml.safe_dump(_broken(file_upload__image__enabled=False)))
+        again = firstgate(*common, "--query", "And this one?")
+    assert again.returncode == 0, again.stderr
+    asked = [r.json() for r in server.requests if r.method == "POST"]
+    assert len(asked) == 2
+    assert [m for m in asked[1]["messages"] if m["role"] == "user"][0] == {
+        "role": "user",
+        "content": "Which clock?",
+    }

@@ -331,3 +331,55 @@ def test_an_agent_apps_messages_list_their_thoughts(server: Server) -> None:
     assert len(first["files"]) == 2 and last["tool"] == ""
     official = run_sdk("dify-client", "official_client.py", "agent_messages", server.url, KEY)
     assert official["positions"] == [1, 2] and official["tools"] == ["current_time;everything", ""]
+
+
+def test_an_agent_apps_memory_replays_earlier_tool_calls_and_images(
+    server: Server, model: fake.FakeLLMServer
+) -> None:
+    """Dify's agent runner gives the model each earlier turn as it happened: the
+    user's images and query, the round that called tools (its tool_calls) and
+    each tool's result, then the answer."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    upload = httpx.post(
+        f"{server.url}/v1/files/upload",
+        files={"file": ("clock.png", PNG, "image/png")},
+        data={"user": "ada"},
+        headers=headers,
+        timeout=30,
+    )
+    picture = {
+        "type": "image",
+        "transfer_method": "local_file",
+        "upload_file_id": upload.json()["id"],
+    }
+    first = {
+        "inputs": {}, "query": "Which clock is this?", "user": "ada",
+        "response_mode": "streaming", "files": [picture],
+    }  # fmt: skip
+    reply = httpx.post(f"{server.url}/v1/chat-messages", json=first, headers=headers, timeout=30)
+    end = _frames(reply)[-1]
+    assert end["event"] == "message_end", reply.text
+    before = len(model.requests)
+    second = {
+        "inputs": {}, "query": "And now?", "user": "ada", "response_mode": "streaming",
+        "conversation_id": end["conversation_id"],
+    }  # fmt: skip
+    reply = httpx.post(f"{server.url}/v1/chat-messages", json=second, headers=headers, timeout=30)
+    assert _frames(reply)[-1]["event"] == "message_end", reply.text
+    asked = next(r.json() for r in model.requests[before:] if r.method == "POST")
+    system, user, called, clock, files, answered, query = asked["messages"]
+    assert system["role"] == "system" and query == {"role": "user", "content": "And now?"}
+    image, text = user["content"]  # the earlier turn's image, then its query
+    assert text == {"type": "text", "text": "Which clock is this?"}
+    assert image["image_url"]["url"].startswith("data:image/png;base64,")
+    assert image["image_url"]["detail"] == "low"
+    assert called["role"] == "assistant" and called["content"] == "Let me look. "
+    calls = called["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["current_time", "everything"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"timezone": "UTC"}
+    assert (clock["role"], clock["name"], clock["tool_call_id"]) == (
+        "tool", "current_time", calls[0]["id"],
+    )  # fmt: skip
+    assert clock["content"][:2] == "20"  # the real time tool's date
+    assert files["role"] == "tool" and files["tool_call_id"] == calls[1]["id"]
+    assert answered == {"role": "assistant", "content": "It is now; two files came back."}

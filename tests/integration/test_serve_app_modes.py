@@ -26,7 +26,10 @@ KEYS = {
     "easy_chat": "chat-key-0123456789",
     "easy_agent_chat": "agent-key-0123456789",
     "easy_completion": "write-key-0123456789",
+    "editor_defaults_chat": "flow-key-0123456789",
 }
+WITHHELD = "withheld_chat"  # the chat app, its output check flagging every echo
+KEYS[WITHHELD] = "withheld-key-0123456789"
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +44,13 @@ def server(model: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
     apps = tmp / "apps"
     apps.mkdir()
     for stem in KEYS:
-        shutil.copy(CORPUS / f"{stem}.yml", apps / f"{stem}.yml")
+        if stem != WITHHELD:
+            shutil.copy(CORPUS / f"{stem}.yml", apps / f"{stem}.yml")
+    withheld = yaml.safe_load((CORPUS / "easy_chat.yml").read_text())
+    moderation = withheld["model_config"]["sensitive_word_avoidance"]["config"]
+    moderation["keywords"] = "echo"
+    moderation["inputs_config"]["enabled"] = False
+    (apps / f"{WITHHELD}.yml").write_text(yaml.safe_dump(withheld))
     docs = tmp / "docs"
     docs.mkdir()
     (docs / "mugs.md").write_text("The blue mug holds 300 ml and survives the dishwasher.\n")
@@ -118,6 +127,98 @@ def test_a_chat_app_answers_on_chat_messages(server: Server) -> None:
         assert refused["answer"] == "I cannot help with that."
         wrong = chat.post("/v1/completion-messages", json={"inputs": {}, "user": "ada"})
         assert wrong.status_code == 400 and wrong.json()["code"] == "app_unavailable"
+
+
+def _chat_body(mode: str, query: str = "Which mug survives the dishwasher?") -> dict:
+    inputs = {"name": "Ada", "season": "winter"}
+    return {"inputs": inputs, "query": query, "user": "ada", "response_mode": mode}
+
+
+def test_a_chat_app_streams_only_what_difys_chat_apps_send(server: Server) -> None:
+    with client(server, "easy_chat") as chat:
+        reply = chat.post("/v1/chat-messages", json=_chat_body("streaming"))
+        assert reply.status_code == 200, reply.text
+        assert "\nid: " not in "\n" + reply.text  # Dify's chat stream is not numbered
+        events = frames(reply)
+        # No workflow_started, node_started, node_finished or workflow_finished.
+        assert [e["event"] for e in events] == ["message"] * (len(events) - 1) + ["message_end"]
+        first = events[0]
+        assert set(first) == {
+            "event", "conversation_id", "message_id", "created_at", "task_id", "id", "answer",
+            "from_variable_selector",
+        }  # fmt: skip
+        assert first["from_variable_selector"] is None and first["id"] == first["message_id"]
+        answer = "".join(e["answer"] for e in events[:-1])
+        assert answer == "echo: Which mug survives the dishwasher?"
+        end = events[-1]
+        assert end["conversation_id"] == first["conversation_id"] and end["id"] == first["id"]
+        assert end["metadata"]["usage"]["total_tokens"] > 0
+        (resource,) = end["metadata"]["retriever_resources"]
+        assert "300 ml" in resource["content"]
+        # The next turn of the same conversation streams the same way.
+        again = {
+            **_chat_body("streaming", "And in spring?"),
+            "conversation_id": end["conversation_id"],
+        }
+        kinds = {e["event"] for e in frames(chat.post("/v1/chat-messages", json=again))}
+        assert kinds == {"message", "message_end"}
+
+
+def test_a_chat_apps_withheld_answer_is_difys_message_replace(server: Server) -> None:
+    with client(server, WITHHELD) as chat:
+        events = frames(chat.post("/v1/chat-messages", json=_chat_body("streaming")))
+        assert [e["event"] for e in events] == ["message_replace", "message_end"]
+        replaced = events[0]
+        assert replaced["answer"] == "That answer was withheld."
+        assert replaced["reason"] == "output_moderation" and replaced["conversation_id"]
+        blocking = chat.post("/v1/chat-messages", json=_chat_body("blocking")).json()
+        assert blocking["answer"] == "That answer was withheld." and blocking["mode"] == "chat"
+
+
+def test_a_chat_apps_blocking_reply_is_difys_chat_shape(server: Server) -> None:
+    with client(server, "easy_chat") as chat:
+        doc = chat.post("/v1/chat-messages", json=_chat_body("blocking")).json()
+    assert set(doc) == {
+        "event", "task_id", "id", "message_id", "conversation_id", "mode", "answer",
+        "metadata", "created_at",
+    }  # fmt: skip
+    assert doc["event"] == "message" and doc["mode"] == "chat" and doc["id"] == doc["message_id"]
+    assert doc["answer"] == "echo: Which mug survives the dishwasher?"
+    assert doc["metadata"]["usage"]["total_tokens"] > 0 and doc["created_at"] > 0
+
+
+def test_a_chatflow_keeps_streaming_its_workflow_and_node_events(server: Server) -> None:
+    body = {"inputs": {}, "query": "hello", "user": "ada", "response_mode": "streaming"}
+    with client(server, "editor_defaults_chat") as flow:
+        reply = flow.post("/v1/chat-messages", json=body)
+        assert reply.status_code == 200, reply.text
+        assert reply.text.startswith("id: ")  # numbered, so a client can resume it
+        kinds = [e["event"] for e in frames(reply)]
+    assert kinds[0] == "workflow_started" and "node_started" in kinds and "node_finished" in kinds
+    assert kinds[-2:] == ["workflow_finished", "message_end"] and "message" in kinds
+
+
+def test_both_sdks_read_a_chat_apps_stream(server: Server) -> None:
+    key = KEYS["easy_chat"]
+    typed = run_sdk("dify-client-python", "typed_client.py", "easy_chat", server.url, key)
+    assert typed["kinds"] == ["MessageStreamResponse"] * typed["chunks"] + [
+        "MessageEndStreamResponse"
+    ]
+    assert (
+        typed["answer"] == "echo: Which mug survives the dishwasher?"
+        and typed["blocking_mode"] == "chat"
+    )
+    withheld = run_sdk(
+        "dify-client-python", "typed_client.py", "easy_chat", server.url, KEYS[WITHHELD]
+    )
+    assert withheld["kinds"] == ["MessageReplaceStreamResponse", "MessageEndStreamResponse"]
+    official = run_sdk("dify-client", "official_client.py", "easy_chat", server.url, key)
+    assert {e["event"] for e in official["events"]} == {"message", "message_end"}
+    answer = "".join(e["answer"] for e in official["events"] if e["event"] == "message")
+    assert (
+        answer == "echo: Which mug survives the dishwasher?"
+        and official["blocking"]["mode"] == "chat"
+    )
 
 
 def test_an_agent_chat_app_answers_on_chat_messages(server: Server) -> None:

@@ -3,6 +3,7 @@ PostgreSQL server. Each test runs on each backend."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -10,7 +11,15 @@ from pathlib import Path
 
 import pytest
 from firstgate.store import StoreError, TurnResult, UploadRecord, VariableValue, open_store
-from firstgate.store.base import MESSAGE_ERROR, MESSAGE_NORMAL, MessageRecord, RunRecord, Store
+from firstgate.store.base import (
+    MESSAGE_ERROR,
+    MESSAGE_NORMAL,
+    FileRecord,
+    MessageRecord,
+    NodeExecutionRecord,
+    RunRecord,
+    Store,
+)
 from firstgate.store.postgres import MIGRATIONS as PG_MIGRATIONS
 from firstgate.store.postgres import PostgresStore
 
@@ -81,6 +90,55 @@ def test_a_turn_sees_what_the_previous_turn_wrote(store: Store) -> None:
         ("q2", MESSAGE_ERROR, {"x": "q2"}),
     ]
     assert {m.conversation_id for m in messages} == {"c1"}
+
+
+def _node(run_id: str, index: int, node_type: str, process_data: dict) -> NodeExecutionRecord:
+    now = time.time()
+    return NodeExecutionRecord(
+        id=f"{run_id}-n{index}", index=index, node_id=node_type, node_type=node_type,
+        title=node_type, predecessor_node_id=None, status="succeeded", inputs={},
+        process_data=process_data, outputs={}, error=None, elapsed_time=0.1,
+        execution_metadata={}, created_at=now, finished_at=now,
+    )  # fmt: skip
+
+
+def _file(file_id: str, variable: str, belongs_to: str = "user") -> FileRecord:
+    return FileRecord(
+        id=file_id, variable=variable, belongs_to=belongs_to, filename=f"{file_id}.png",
+        extension=".png", mime_type="image/png", size=4, transfer_method="remote_url",
+        remote_url=f"https://example.com/{file_id}.png", path=None,
+    )  # fmt: skip
+
+
+def test_a_turn_sees_the_agent_rounds_and_user_files_of_earlier_turns(store: Store) -> None:
+    rounds = [{"id": "r1", "position": 1, "thought": "look", "tools": ["clock"]}]
+    for n, (status, files) in enumerate(
+        [(MESSAGE_NORMAL, [_file("pic", "sys.files"), _file("doc", "doc"),
+                           _file("made", "sys.files", "assistant")]),
+         (MESSAGE_ERROR, [_file("lost", "sys.files")]),
+         (MESSAGE_NORMAL, [])]
+    ):  # fmt: skip
+        run_id = f"run-{n}"
+        nodes = [
+            _node(run_id, 0, "llm", {"agent_thoughts": [{"id": "not an agent's"}]}),
+            _node(run_id, 1, "agent", {"agent_thoughts": [{**r, "id": f"{run_id}-r"} for r in rounds]}),
+        ]  # fmt: skip
+        failed = "failed" if status == MESSAGE_ERROR else "succeeded"
+        _turn(store, "c1").commit(
+            TurnResult(
+                run=dataclasses.replace(_run(run_id, failed), nodes=nodes, files=files),
+                message=MessageRecord(f"m{n}", f"q{n}", f"a{n}", status, None, 3, time.time()),
+                variables={},
+            )
+        )
+    turn = _turn(store, "c1")
+    first, third = turn.state.history  # the failed turn is no one's memory
+    assert (first.query, third.query) == ("q0", "q2")
+    assert [t["id"] for t in first.thoughts] == ["run-0-r"]
+    assert [t["id"] for t in third.thoughts] == ["run-2-r"]
+    assert [f.id for f in first.files] == ["pic"] and third.files == ()
+    assert first.files[0].remote_url == "https://example.com/pic.png"
+    turn.release()
 
 
 def test_a_busy_conversation_waits_for_the_turn_in_progress(store: Store) -> None:

@@ -17,13 +17,17 @@ from firstgate.runtime.execution import events as ev
 from firstgate.runtime.execution.resources import RunResources
 from firstgate.runtime.models.breakers import reset_shared_breakers
 from firstgate.runtime.settings import RuntimeSettings
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.connect_support import chain_flow
 from tests.fakes import llm_server as fake
 from tests.fakes import model_answers as ma
 from tests.fakes import probe_server as ps
-from tests.fakes.collector import FailingCollector, HangingCollector, nothing_listening
+from tests.fakes.collector import (
+    FailingCollector,
+    HangingCollector,
+    MemoryExporter,
+    nothing_listening,
+)
 from tests.integration.test_containers import edge, template, words_flow
 from tests.run_events import final
 
@@ -110,14 +114,14 @@ class _nothing:  # noqa: N801 - a context manager that does nothing
 
 
 @pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
+def spans() -> Iterator[MemoryExporter]:
+    exporter = MemoryExporter()
     tracing = telemetry.install(telemetry.TracingConfig(endpoint="http://unused"), exporter)
     yield exporter
     tracing.close()
 
 
-def test_container_rounds_nest_under_their_iteration(spans: InMemorySpanExporter) -> None:
+def test_container_rounds_nest_under_their_iteration(spans: MemoryExporter) -> None:
     document = words_flow(
         [template("up", "{{ w | upper }}", "it", w=["it", "item"])],
         [edge("itstart", "up")],
@@ -126,22 +130,22 @@ def test_container_rounds_nest_under_their_iteration(spans: InMemorySpanExporter
     done = final(list(load_workflow(document).run({})))
     assert done.outputs == {"out": ["ANT", "BEE", "CAT", "DOG"]}
     telemetry.active().flush()  # type: ignore[union-attr]
-    finished = spans.get_finished_spans()
-    by_id = {s.context.span_id: s for s in finished}
+    finished = spans.spans
+    by_id = {s.span_id: s for s in finished}
     (iteration,) = [s for s in finished if s.attributes.get("firstgate.node.type") == "iteration"]
     rounds = sorted(
         (s for s in finished if s.name.startswith("iteration round")),
         key=lambda s: s.attributes["firstgate.round.index"],
     )
     assert [r.attributes["firstgate.round.index"] for r in rounds] == [0, 1, 2, 3]
-    assert all(r.parent.span_id == iteration.context.span_id for r in rounds)
+    assert all(r.parent_id == iteration.span_id for r in rounds)
     inner = [s for s in finished if s.attributes.get("firstgate.node.id") == "up"]
     assert len(inner) == 4
     for node in inner:
-        parent = by_id[node.parent.span_id]
+        parent = by_id[node.parent_id]
         assert parent.name == f"iteration round {node.attributes['firstgate.round.index']}"
-        assert parent.start_time <= node.start_time and node.end_time <= parent.end_time
-    assert all(r.end_time <= iteration.end_time for r in rounds)
+        assert parent.start_ns <= node.start_ns and node.end_ns <= parent.end_ns
+    assert all(r.end_ns <= iteration.end_ns for r in rounds)
 
 
 def test_the_runs_facts_reach_the_metrics() -> None:
@@ -189,7 +193,7 @@ def test_the_runs_facts_reach_the_metrics() -> None:
     assert b"firstgate_gate_trips_total" in metrics.exposition()
 
 
-def test_a_code_nodes_job_is_a_span_under_the_node(spans: InMemorySpanExporter) -> None:
+def test_a_code_nodes_job_is_a_span_under_the_node(spans: MemoryExporter) -> None:
     code = {
         "code_language": "python3",
         "code": "def main():\n    return {'y': 21 * 2}\n",
@@ -200,8 +204,27 @@ def test_a_code_nodes_job_is_a_span_under_the_node(spans: InMemorySpanExporter) 
     done = final(list(load_workflow(document).run({})))
     assert done.outputs == {"y": 42}, done
     telemetry.active().flush()  # type: ignore[union-attr]
-    finished = spans.get_finished_spans()
+    finished = spans.spans
     (node,) = [s for s in finished if s.attributes.get("firstgate.node.id") == "calc"]
     (job,) = [s for s in finished if s.name == "code python3"]
-    assert job.parent.span_id == node.context.span_id
+    assert job.parent_id == node.span_id
     assert job.attributes["firstgate.code.executor"] == "ProcessSandbox"
+
+
+def test_a_running_runs_node_durations_reach_the_metrics_in_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    metrics.enable()
+    monkeypatch.setattr(metrics, "RUN_BATCH", 2)
+    seen: list[float | None] = []
+    for event in load_workflow(TEMPLATES).run({}):
+        if isinstance(event, ev.NodeFinished) and event.node_type == "template-transform":
+            seen.append(
+                metrics.sample(
+                    "firstgate_node_duration_seconds_count", {"node_type": "template-transform"}
+                )
+            )
+    # Handed over every two nodes while the run went on, the rest at its end.
+    assert seen[3] is not None and seen[3] >= 2
+    count = {"node_type": "template-transform"}
+    assert metrics.sample("firstgate_node_duration_seconds_count", count) == 5

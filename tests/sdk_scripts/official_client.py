@@ -165,6 +165,20 @@ def agent_chat():
     }
 
 
+def easy_chat():
+    client = _client(ChatClient)
+    inputs = {"name": "Ada", "season": "winter"}
+    response = client.create_chat_message(
+        inputs, "Which mug survives the dishwasher?", USER, "streaming"
+    )
+    events = list(_events(response))
+    blocking = client.create_chat_message(
+        inputs, "Which mug survives the dishwasher?", USER, "blocking"
+    )
+    blocking.raise_for_status()
+    return {"events": events, "blocking": blocking.json()}
+
+
 def agent_messages():
     client = _client(ChatClient)
     events = list(_events(client.create_chat_message({}, "What time is it?", USER, "streaming")))

@@ -247,6 +247,31 @@ def agent_chat():
     }
 
 
+def easy_chat():
+    inputs = {"name": "Ada", "season": "winter"}
+    request = models.ChatRequest(
+        query="Which mug survives the dishwasher?",
+        inputs=inputs,
+        response_mode=models.ResponseMode.STREAMING,
+        user=USER,
+    )
+    events = list(client.chat_messages(request))
+    blocking = models.ChatRequest(
+        query="Which mug survives the dishwasher?",
+        inputs=inputs,
+        response_mode=models.ResponseMode.BLOCKING,
+        user=USER,
+    )
+    reply = client.chat_messages(blocking)
+    assert isinstance(reply, models.ChatResponse)
+    return {
+        "kinds": [type(e).__name__ for e in events],
+        "chunks": sum(1 for e in events if type(e) is models.MessageStreamResponse),
+        "answer": "".join(e.answer for e in events if type(e) is models.MessageStreamResponse),
+        "blocking_mode": reply.mode,
+    }
+
+
 def agent_suggested():
     request = models.ChatRequest(
         query="What time is it?", inputs={}, response_mode=models.ResponseMode.STREAMING, user=USER

@@ -18,7 +18,7 @@ def _off() -> Iterator[None]:
 
 
 def test_off_records_nothing_and_scrapes_empty() -> None:
-    metrics.node_ended("llm", 1.0)
+    metrics.nodes_ended([("llm", 1.0)])
     metrics.gate_trip("first_token")
     assert not metrics.enabled()
     assert metrics.exposition() == b""
@@ -27,9 +27,10 @@ def test_off_records_nothing_and_scrapes_empty() -> None:
 
 def test_histogram_buckets_are_cumulative_and_bounds_inclusive() -> None:
     metrics.enable()
-    for seconds in (0.005, 0.006, 1.0, 1000.0):
-        metrics.node_ended("llm", seconds)
-    metrics.node_ended("code", 0.1)
+    held = [("llm", seconds) for seconds in (0.005, 0.006, 1.0)]
+    metrics.nodes_ended(held)
+    assert held == []  # handed over: the run's list is emptied
+    metrics.run_ended("t", "succeeded", [("llm", 1000.0), ("code", 0.1)])
 
     def bucket(le: str, node_type: str = "llm") -> float | None:
         return metrics.sample(
@@ -49,7 +50,7 @@ def test_histogram_buckets_are_cumulative_and_bounds_inclusive() -> None:
 
 def test_the_scrape_page_has_every_series_and_a_broken_queue_reader_is_survived() -> None:
     metrics.enable()
-    metrics.run_ended("Shop bot", "succeeded")
+    metrics.run_ended("Shop bot", "succeeded", [])
     metrics.first_token("local", 0.2)
     metrics.probe_verdict("local", "busy")
     metrics.retry("llm")

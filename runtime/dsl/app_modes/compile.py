@@ -49,6 +49,10 @@ FEATURE_KEYS = (
 TEXT_INPUTS = ("text-input", "paragraph", "select")
 KNOWLEDGE = "knowledge"
 FLAGGED = "flagged"
+MODERATION = "moderation_"
+# Where the answer comes from when the output's keyword check answered with its
+# preset: a chat app streams that as Dify's `message_replace`.
+OUTPUT_PRESET_SELECTOR = (f"{MODERATION}output", "output")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,8 @@ class EasyApp:
     knowledge_node: str | None = None
     shows_retriever_resources: bool = False
     features: Mapping[str, Any] = field(default_factory=dict)
+    # What Dify loads and runs without (the loader reports them as warnings).
+    warnings: tuple[Problem, ...] = ()
 
 
 class EasyAppSection(DslModel):
@@ -109,6 +115,7 @@ def compile_document(
         knowledge_node=KNOWLEDGE if config.datasets else None,
         shows_retriever_resources=config.retriever_resource.enabled,
         features=features,
+        warnings=tuple(_absent_tools(config)),
     )
     for name in easy.ignored:
         log.warning(t("dsl.app.ignoredFeature", app=document.app.name, feature=name))
@@ -133,6 +140,17 @@ def compile_document(
 def _file_upload(raw_config: Mapping[str, Any]) -> Any:
     block = raw_config.get("file_upload")
     return dict(block) if isinstance(block, Mapping) else {}
+
+
+def _absent_tools(config: ModelConfigSection) -> list[Problem]:
+    return [
+        Problem(
+            "dsl.app.workflowToolAbsent",
+            {"tool": tool.tool_name, "provider": tool.provider_name or tool.provider_id},
+            field=f"model_config.agent_mode.tools[{index}]",
+        )
+        for index, tool in config.absent_tools
+    ]
 
 
 def _problems(config: ModelConfigSection, mode: str) -> list[Problem]:
@@ -230,7 +248,7 @@ class _Builder:
             f"{{%- for k in {json.dumps(keywords, ensure_ascii=False)} -%}}{tests}{{%- endfor -%}}"
             f"{{{{ {json.dumps(preset, ensure_ascii=False)} if ns.hit else '' }}}}"
         )
-        check = f"moderation_{where}"
+        check = f"{MODERATION}{where}"
         self._add(
             check,
             "template-transform",
@@ -337,6 +355,7 @@ class _Builder:
             agent_parameters=parameters,
             memory={"window": {"enabled": False}},
             vision={"enabled": upload.images, "configs": {"detail": upload.image.detail}},
+            replay_rounds=True,
         )
 
     def _respond(self, node_id: str, selector: tuple[str, str]) -> None:

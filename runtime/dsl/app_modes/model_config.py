@@ -12,9 +12,11 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from firstgate.common.dsl import DslModel, dsl_error, shown
+from firstgate.common.sections import context_sections
+from firstgate.connectors.settings import ToolsSettings
 from firstgate.nodes.agent.tools import ToolEntry
 from firstgate.nodes.model_call import ModelConfig
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 EASY_MODES = ("chat", "agent-chat", "completion")
 INPUT_TYPES = ("text-input", "paragraph", "select", "number", "checkbox", "file", "file-list")
@@ -102,6 +104,8 @@ class AgentTool(DslModel):
     tool_label: str = ""
     tool_parameters: dict[str, Any] = Field(default_factory=dict)
     dataset: DatasetRef | None = None
+    # A workflow tool the settings do not define: the agent runs without it.
+    _absent: bool = PrivateAttr(default=False)
 
     @field_validator("tool_parameters", mode="before")
     @classmethod
@@ -110,10 +114,22 @@ class AgentTool(DslModel):
 
     @model_validator(mode="after")
     def _runs_here(self, info: ValidationInfo) -> AgentTool:
+        if not self.enabled or self.dataset is not None:
+            return self
+        if self.provider_type == "workflow":
+            # Dify's agent apps leave out a tool they cannot load (a workflow tool
+            # lives in Dify's database, not in the export) and answer without it.
+            defined = context_sections(info).get(ToolsSettings).workflow_providers
+            if self.provider_id not in defined:
+                self._absent = True
+                return self
         # The tool node's check: a tool that cannot run here is refused by name.
-        if self.enabled and self.dataset is None:
-            ToolEntry.model_validate(self.entry(), context=info.context)
+        ToolEntry.model_validate(self.entry(), context=info.context)
         return self
+
+    @property
+    def absent(self) -> bool:
+        return self._absent
 
     def entry(self) -> dict[str, Any]:
         """The agent node's tool entry: the export's fixed values, the rest for the model."""
@@ -294,7 +310,15 @@ class ModelConfigSection(DslModel):
 
     @property
     def tools(self) -> list[AgentTool]:
-        return [t for t in self.agent_mode.tools if t.dataset is None and t.enabled]
+        """The agent's tools, as it runs them."""
+        return [
+            t for t in self.agent_mode.tools if t.dataset is None and t.enabled and not t.absent
+        ]
+
+    @property
+    def absent_tools(self) -> list[tuple[int, AgentTool]]:
+        """The tools it runs without (each with its place in `agent_mode.tools`)."""
+        return [(i, t) for i, t in enumerate(self.agent_mode.tools) if t.absent]
 
 
 def ignored(config: ModelConfigSection) -> list[str]:
