@@ -95,10 +95,6 @@ class NodeSpec:
     # A trigger (webhook, schedule): a root that something outside starts, never
     # beside a start node, only in a workflow app.
     trigger: bool = False
-    # Whether running it twice is harmless. A run resumed after a crash runs its
-    # in-flight nodes again (at least once); one that says False (a POST request,
-    # a tool, code) fails the resumed run instead of repeating its effect.
-    repeatable: Callable[[Any], bool] = _repeatable
     # How many nodes of this type one workflow may hold (None: any number);
     # the loader refuses the first one past it.
     most_per_workflow: int | None = None

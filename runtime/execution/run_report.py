@@ -469,6 +469,8 @@ class RunReport:
 
     def resumed(self) -> ev.WorkflowStarted:
         """A resumed run's first event: its clock goes on from where it stopped."""
+        if self.observer is not None:
+            self.observer.run_started()
         return ev.WorkflowStarted(
             inputs=self._value(self.inputs), reason="resumption", **self._common()
         )
@@ -484,7 +486,7 @@ class RunReport:
 
     def paused(self, pauses: list[Pause]) -> ev.WorkflowPaused:
         self.status = "paused"
-        return ev.WorkflowPaused(
+        event = ev.WorkflowPaused(
             paused_nodes=[p.node_id for p in pauses],
             reasons=[self._value(dict(p.reason)) for p in pauses],
             outputs=self._value(self.outputs),
@@ -492,6 +494,9 @@ class RunReport:
             total_steps=self.steps,
             **self._common(),
         )
+        if self.observer is not None:  # this process's part of the run ends here
+            self.observer.run_ended(event)  # type: ignore[arg-type] - status, totals, outputs
+        return event
 
     def state(self) -> dict[str, Any]:
         """The totals so far, for a checkpoint (`restore` takes them back)."""

@@ -511,3 +511,83 @@ def test_an_ended_run_stays_ended_whoever_writes_later(tmp_path: Path, location:
     finally:
         gate.set()
         store.close()
+
+
+def test_a_checkpoint_never_holds_the_environments_secrets(tmp_path: Path) -> None:
+    """The environment is resolved again by the resumed run; no secret is stored."""
+    doc = pausing_doc()
+    doc["workflow"]["environment_variables"] = [
+        {"name": "token", "value_type": "secret", "value": "", "id": "e1"}
+    ]
+    secret = "s3cr3t-value-0123456789"
+    workflow = load_workflow(doc)
+    store = open_store(tmp_path / "state.db")
+    options = RunOptions(environ={"FIRSTGATE_ENV_token": secret})
+    try:
+        with RunResources.open(store=store, clients=object()) as resources:  # type: ignore[arg-type]
+            run = workflow.run({"q": "a"}, options, resources)
+            list(run)
+            assert run.session.environment == {"token": secret}  # the run had it
+            record = store.checkpoint(run.run_id)
+            assert record is not None
+            assert secret not in record.snapshot
+            assert all(secret not in part for part in record.parts.values())
+            answer = {"ask": cp.Resolved({"answer": "ok"}, "yes")}
+            again = workflow.resume(run.run_id, options, resources, resolved=answer)
+            list(again)
+            assert again.status == "succeeded"
+    finally:
+        store.close()
+
+
+def test_a_node_made_ready_before_the_kill_starts_on_resume(tmp_path: Path) -> None:
+    """The checkpoint of w2's end (its row due: w2 took longer than the progress
+    period, so the dispatcher writes nothing more before it waits) lists w3 as
+    ready; killed while w3 runs, the resumed run starts w3 anew."""
+    location = str(tmp_path / "state.db")
+    log, release = tmp_path / "ran.log", tmp_path / "go"
+    slow = {"sleep_ms": int(cp.PROGRESS_S * 1000) + 150}
+    doc = write_doc(
+        tmp_path, work_doc(4, log=str(log), extra={2: slow, 3: {"wait_file": str(release)}})
+    )
+    first = killed_at(location, doc, "w3", log)
+    release.write_text("", encoding="utf-8")
+    code, second = child("resume", location, doc, first[0]["workflow_run_id"], "{}")
+    assert code == 0
+    ran = [e["data"]["node_id"] for e in second if e["event"] == "node_started"]
+    assert ran == ["w3", "w4", "end"]
+    assert second[1]["data"]["id"] != first[-1]["data"]["id"]  # started anew: it was ready
+    assert log.read_text(encoding="utf-8").split() == ["w1", "w2", "w3", "w3", "w4"]
+    assert second[-1]["data"]["status"] == "succeeded"
+
+
+def test_an_unsafe_node_is_durable_before_it_runs_even_when_batched(tmp_path: Path) -> None:
+    """However rare the batch's commits, a node unsafe to repeat starts only after
+    a checkpoint that lists it in flight."""
+    log = tmp_path / "ran.log"
+    unsafe = {"repeatable": False, "gate": "unsafe2"}
+    workflow = load_workflow(work_doc(3, log=str(log), extra={2: unsafe}))
+    gate = pausing_node.GATES.setdefault("unsafe2", threading.Event())
+    gate.clear()
+    store = open_store(tmp_path / "state.db")
+    options = RunOptions(durability=cp.Durability.BATCHED, durability_batch_ms=60_000)
+    try:
+        with RunResources.open(store=store, clients=object()) as resources:  # type: ignore[arg-type]
+            run = workflow.run({"q": "a"}, options, resources)
+            events: list[ev.Event] = []
+            reader = threading.Thread(target=lambda: events.extend(run))
+            reader.start()
+            for _ in range(3000):  # w2 is at work (its worker wrote its line)
+                if log.exists() and "w2" in log.read_text(encoding="utf-8").split():
+                    break
+                time.sleep(0.01)
+            record = store.checkpoint(run.run_id)
+            assert record is not None, "the unsafe node runs with no checkpoint"
+            running = json.loads(record.snapshot)["frame"]["running"]
+            assert [r["node_id"] for r in running] == ["w2"]
+            gate.set()
+            reader.join(timeout=60)
+            assert isinstance(events[-1], ev.WorkflowSucceeded)
+    finally:
+        gate.set()
+        store.close()
