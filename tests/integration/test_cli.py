@@ -180,7 +180,7 @@ def test_validate_prints_all_problems_and_exits_2(tmp_path: Path) -> None:
     doc = yaml.safe_load((EXAMPLES / "chat.yml").read_text())
     doc["workflow"]["graph"]["nodes"][1]["data"]["retry_config"] = {"max_retries": "three"}
     doc["workflow"]["graph"]["nodes"].append(
-        {"id": "k", "data": {"type": "human-input", "title": "KB"}}
+        {"id": "k", "data": {"type": "knowledge-index", "title": "KB"}}
     )
     doc["workflow"]["graph"]["edges"].append({"source": "answer", "target": "ghost"})
     flow = tmp_path / "bad.yml"
@@ -193,7 +193,8 @@ def test_validate_prints_all_problems_and_exits_2(tmp_path: Path) -> None:
         in result.stderr
     )
     assert (
-        'node k "KB" (human-input): node type "human-input" is not supported yet' in result.stderr
+        'node k "KB" (knowledge-index): node type "knowledge-index" is not supported yet'
+        in result.stderr
     )
     assert "connects node ghost, which does not exist" in result.stderr
     assert "Traceback" not in result.stderr

@@ -27,7 +27,7 @@ CONTAINER = {
     "loop_id",
 }
 DIFY_DATA = {
-    "workflow_started": {"id", "workflow_id", "inputs", "created_at"},
+    "workflow_started": {"id", "workflow_id", "inputs", "created_at", "reason"},
     "node_started": {
         "id", "node_id", "node_type", "title", "index", "predecessor_node_id", "inputs",
         "created_at", "extras", "parallel_run_id", "agent_strategy", *CONTAINER,

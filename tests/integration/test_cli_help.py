@@ -28,8 +28,8 @@ def firstgate(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_top_level_help_lists_every_command() -> None:
     result = firstgate("--help")
     assert result.returncode == 0, result.stderr
-    assert "{run,validate,index,serve,worker}" in result.stdout
-    for command in ("run", "validate", "index", "serve", "worker"):
+    assert "{run,resume,validate,index,runs,serve,worker}" in result.stdout
+    for command in ("run", "resume", "validate", "index", "runs", "serve", "worker"):
         assert re.search(rf"^\s+{command}\s+\S", result.stdout, re.MULTILINE), result.stdout
 
 

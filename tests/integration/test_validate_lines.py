@@ -35,7 +35,7 @@ workflow:
           template: "{{ t }}"
           variables: [{variable: t, value_selector: [nowhere, text]}]
       - id: ask
-        data: {type: human-input, title: Ask}
+        data: {type: knowledge-index, title: Ask}
       - id: retry
         data:
           type: template-transform
@@ -83,4 +83,4 @@ def test_each_graph_problem_has_the_line_of_its_node_or_edge(tmp_path: Path) -> 
     # A node's problems: the node's line (a selector, its data, its type).
     assert find("nowhere").startswith(at("id: shout", 9) + 'node shout "Shout"'), problems
     assert find("retry_enabled").startswith(at("id: retry", 9)), problems
-    assert find("human-input").startswith(at("id: ask", 9)), problems
+    assert find("knowledge-index").startswith(at("id: ask", 9)), problems

@@ -123,10 +123,12 @@ def test_retry_config_message_names_node_title_type_field_and_value(tmp_path: Pa
 def test_a_dify_node_type_not_supported_yet_is_refused_by_name(tmp_path: Path) -> None:
     doc = copy.deepcopy(GOOD)
     doc["workflow"]["graph"]["nodes"].append(
-        {"id": "x", "data": {"type": "human-input", "title": "Ag"}}
+        {"id": "x", "data": {"type": "knowledge-index", "title": "Ag"}}
     )
     (message,) = problems(tmp_path, doc)
-    assert message == 'node x "Ag" (human-input): node type "human-input" is not supported yet'
+    assert (
+        message == 'node x "Ag" (knowledge-index): node type "knowledge-index" is not supported yet'
+    )
 
 
 def test_unknown_node_type_lists_supported_types(tmp_path: Path) -> None:
