@@ -292,11 +292,15 @@ class Store(ABC):
         checkpoint: CheckpointRecord,
         run: RunRecord | None = None,
         nodes: Sequence[NodeExecutionRecord] = (),
+        *,
+        writer: str | None = None,
     ) -> None:
         """Write an unfinished run's checkpoint (replacing its last one; its `parts`
         are added to those written before), with `run` its run row (and the node
         executions in it), and `nodes`, in one transaction. Refused (StoreError)
-        when the run has ended or another writer holds its checkpoint."""
+        when the run has ended or another writer holds its checkpoint. `writer`:
+        who writes it (a pause lets the run go, so its record names no owner, but
+        the row it replaces is this writer's); None: the record's owner."""
 
     @abstractmethod
     def checkpoint(self, run_id: str) -> CheckpointRecord | None: ...

@@ -431,8 +431,11 @@ class RelationalStore(Store):
         checkpoint: CheckpointRecord,
         run: RunRecord | None = None,
         nodes: Sequence[NodeExecutionRecord] = (),
+        *,
+        writer: str | None = None,
     ) -> None:
         now = time.time()
+        writer = writer if writer is not None else checkpoint.owner
         with self.db.transaction() as tx:
             # The common case is one UPDATE: the row is there and held by this writer.
             updated = tx.execute(
@@ -448,7 +451,7 @@ class RelationalStore(Store):
                     checkpoint.lease_expires_at,
                     now,
                     checkpoint.run_id,
-                    checkpoint.owner,
+                    writer,
                 ),
             ).rowcount
             if updated == 0:

@@ -357,7 +357,7 @@ class Checkpointer:
                 if node not in self._written
             },
         )
-        self.store.save_checkpoint(record, run, nodes)
+        self.store.save_checkpoint(record, run, nodes, writer=self.owner)
         self._written.update(parts)
 
 

@@ -7,11 +7,16 @@ is then Dify's error reply, as in-process; a run still queued after that
 wait is answered anyway, its reply beginning when a worker takes it. Any API
 process can follow any run's stream and stop any run: both go through Redis,
 not through the process that queued it.
+
+A closed human-input form (a submit to any API process, a deadline) queues
+its paused run again (`RunStore.reopen`): any worker resumes it from its
+checkpoint with the answer, its stream going on under the same ids.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -24,6 +29,9 @@ from firstgate.serve.distributed.settings import DistributedSettings, reachable,
 from firstgate.serve.errors import ApiError
 from firstgate.serve.launch import Launcher, RunRequest
 from firstgate.serve.runs import RunHandle, Runs
+from firstgate.store.base import FormRecord
+
+log = logging.getLogger("firstgate.serve")
 
 # How long `start` waits for a worker to take the run before answering anyway.
 START_WAIT_S = 2.0
@@ -86,9 +94,21 @@ class RemoteRuns(Runs):
             started_at=float(meta.get("created_at") or time.time()),
         )
 
-    # Resuming a paused run on a worker is not built yet: `resumes_forms` stays
-    # False, so a submit is refused before the form is closed (the run stays
-    # paused, its form open).
+    resumes_forms = True
+
+    def resume_form(self, app: App, form: FormRecord) -> None:
+        task_id = self.runs.task_for_run(form.workflow_run_id)
+        verdict = self.runs.reopen(task_id, form.token) if task_id else "unknown"
+        if verdict == "queued":
+            meta = self.runs.meta(str(task_id))
+            self.celery.send_task(
+                TASK_NAME,
+                kwargs={"request": json.loads(meta["request"])},
+                queue=self.settings.queue,
+            )
+        elif verdict in ("unknown", "finished"):
+            # Its Redis keys are gone (it waited longer than they are kept) or it ended.
+            log.warning("the run of form %s is not in the broker (%s)", form.id, verdict)
 
     def claim_tick(self, key: str) -> bool:
         """The first API process to set the tick's key fires it; every other one

@@ -15,6 +15,13 @@ Keys (all under `firstgate:`), per task id:
   still sees it); the channel `stops` tells the workers at once;
 - `runid:<workflow_run_id>`: the task id.
 
+A run that pauses (a human-input node) is let go, not ended: `state` becomes
+`paused`, no worker holds it and its stream stays open (no end marker). A
+form closed for it (`reopen`, any API process) names the form in `form` and
+queues the run again; if its holder has not let it go yet, the holder finds
+`form` set when it does and queues the run itself (one script each, so the
+run is queued once whichever comes first).
+
 Every write of a run's events goes through a script that checks `owner`
 first: a worker that lost its hold on a run (it hung past its lease, another
 took the run over) can publish nothing more, so a run's stream never mixes two
@@ -73,9 +80,24 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-# KEYS: run, lease, events; ARGV: owner, kind (e|r|end), payload, keep_finished_ms
+# KEYS: run, lease, events, leases; ARGV: owner, kind (e|r|end|pause), payload,
+# keep_finished_ms, task, unfinished_ms. `pause` (payload: the form this attempt
+# resumed with, or ''): let the run go; -2 when a newer form is waiting (queued again).
 _PUBLISH = """
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return -1 end
+if ARGV[2] == 'pause' then
+  redis.call('DEL', KEYS[2])
+  redis.call('ZREM', KEYS[4], ARGV[5])
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
+  local form = redis.call('HGET', KEYS[1], 'form')
+  if form and form ~= '' and form ~= ARGV[3] then
+    redis.call('HSET', KEYS[1], 'state', 'queued', 'owner', '', 'attempts', 0)
+    return -2
+  end
+  redis.call('HSET', KEYS[1], 'state', 'paused', 'owner', '')
+  return 0
+end
 local n = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 if ARGV[2] == 'end' then
   redis.call('XADD', KEYS[3], '0-' .. n, 'end', '1')
@@ -136,6 +158,20 @@ return 'fail'
 """
 
 
+# KEYS: run; ARGV: form token. A closed form's run: queued again when paused
+# ('queued': the caller sends the task), else noted for its holder ('pending').
+_REOPEN = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return 'unknown' end
+if state == 'finished' then return 'finished' end
+if redis.call('HGET', KEYS[1], 'form') == ARGV[1] then return 'pending' end
+redis.call('HSET', KEYS[1], 'form', ARGV[1])
+if state ~= 'paused' then return 'pending' end
+redis.call('HSET', KEYS[1], 'state', 'queued', 'attempts', 0)
+return 'queued'
+"""
+
+
 class RunStore:
     """The Redis side of runs, for API processes and workers alike."""
 
@@ -146,6 +182,7 @@ class RunStore:
         self._claim = client.register_script(_CLAIM)
         self._renew = client.register_script(_RENEW)
         self._reap = client.register_script(_REAP)
+        self._reopen = client.register_script(_REOPEN)
 
     # ---- queueing (API side)
 
@@ -196,6 +233,20 @@ class RunStore:
         keys = [run_key(task_id), lease_key(task_id), events_key(task_id), LEASES]
         args = [owner, kind, payload, self.keep_finished_ms, task_id, _ms(UNFINISHED_TTL_S)]
         return int(self._publish(keys=keys, args=args)) >= 0
+
+    def pause(self, task_id: str, owner: str, resumed_with: str) -> str | None:
+        """Let a paused run go as its holder: 'paused' (it waits for its form),
+        'requeue' (a form was closed for it meanwhile: send the task again), None
+        when `owner` holds it no more."""
+        keys = [run_key(task_id), lease_key(task_id), events_key(task_id), LEASES]
+        args = [owner, "pause", resumed_with, self.keep_finished_ms, task_id]
+        found = int(self._publish(keys=keys, args=[*args, _ms(UNFINISHED_TTL_S)]))
+        return {0: "paused", -2: "requeue"}.get(found)
+
+    def reopen(self, task_id: str, form_token: str) -> str:
+        """A form of the run was closed: 'queued' (send the task), 'pending' (its
+        holder queues it when it lets it go), 'finished' or 'unknown'."""
+        return self._reopen(keys=[run_key(task_id)], args=[form_token]).decode()
 
     # ---- stopping
 
@@ -251,6 +302,17 @@ class EventSink:
     def end(self) -> None:
         self._put("end")
         self.ended = True
+
+    def pause(self, resumed_with: str) -> str | None:
+        """The run paused: let it go, its stream left open (`RunStore.pause`)."""
+        if self.fenced or self.ended:
+            return None
+        self.ended = True
+        verdict = self.runs.pause(self.task_id, self.owner, resumed_with)
+        if verdict is None:
+            self.fenced = True
+            self.lost()
+        return verdict
 
 
 FILES_SECRET = PREFIX + "files-secret"

@@ -14,6 +14,12 @@ token are per greenlet, as in-process). Beside the runs, three greenlets:
 - the sweeper ends runs whose lease lapsed (their worker was killed or hangs):
   re-queued while `max_attempts` allows, else ended `failed` with a clear
   error, in the stream and in the store, within about a lease.
+
+A run that pauses at a human-input node is let go (`RunStore.pause`): nothing
+of it stays here while it waits. When its form is closed (an API process, a
+deadline) the run is queued again and any worker resumes it from its
+checkpoint with the form's answer (`Launcher.resume_form`), its stream going
+on under the same ids and positions.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ import redis
 from celery import Celery
 from firstgate.common import metrics
 from firstgate.locales import t
-from firstgate.runtime.execution.checkpoint import PAUSED, RUNNING
+from firstgate.runtime import human_input
+from firstgate.runtime.execution.checkpoint import PAUSED, RUNNING, Resolved
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.events import ErrorEvent, RunInfo, WorkflowFailed
 from firstgate.serve.apps import App, AppDirectory
@@ -48,7 +55,7 @@ from firstgate.serve.distributed.settings import DistributedSettings, reachable,
 from firstgate.serve.errors import ApiError, not_found
 from firstgate.serve.launch import Launcher, RunRequest
 from firstgate.serve.runs import drain_run
-from firstgate.store.base import TRIGGERED_APP_RUN, TRIGGERED_FROM, RunRecord
+from firstgate.store.base import FORM_WAITING, TRIGGERED_APP_RUN, TRIGGERED_FROM, RunRecord
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 log = logging.getLogger("firstgate.worker")
@@ -157,13 +164,20 @@ class WorkerRuntime:
 
         sink = EventSink(self.runs, task_id, owner, lost)
         app = self.apps.apps.get(request.app_stem)
+        form_token = self.runs.meta(task_id).get("form", "")
         try:
             if app is None:
                 raise not_found("serve.worker.noApp", app=request.app_stem)
             if self.launcher.has_checkpoint(request.workflow_run_id):
-                # An earlier attempt's worker died: go on from its last checkpoint
-                # (this claim is the broker's lease on the run, whoever the store names).
-                run = self.launcher.resume(app, request.workflow_run_id, take_over=True)
+                # Paused for a form now closed, or an earlier attempt's worker died:
+                # go on from its last checkpoint (this claim is the broker's lease
+                # on the run, whoever the store names).
+                run = self.launcher.resume(
+                    app,
+                    request.workflow_run_id,
+                    resolved=self._answer(request.workflow_run_id, form_token),
+                    take_over=True,
+                )
             else:
                 run = self.launcher.open(app, request)
         except ApiError as error:
@@ -179,14 +193,38 @@ class WorkerRuntime:
         limit = self.settings.time_limit + HARD_LIMIT_GRACE_S
         try:
             with gevent.Timeout(limit, HardLimit):
-                drain_run(run, sink, lambda: None)
+                drain_run(run, sink, lambda: None, open_while_paused=True)
         except HardLimit:
             run.abort(t("serve.worker.hardLimit", self.locale, seconds=limit))
             message = t("serve.worker.hardLimit", None, seconds=limit)
             self._fail(task_id, owner, run.info, message, app, request)
         finally:
             self.held.pop(task_id, None)
+            if run.status == PAUSED and not sink.ended:
+                self._let_go(sink, request, form_token)
             sink.end()
+
+    def _answer(self, run_id: str, form_token: str) -> dict[str, Resolved] | None:
+        """How the paused node finishes: the closed form's answer, while the run's
+        checkpoint is still the pause (a resumption that crashed after the node
+        finished goes on from a later checkpoint, without it)."""
+        if not form_token:
+            return None
+        checkpoint = self.launcher.store.checkpoint(run_id)
+        form = self.launcher.store.form(form_token)
+        if checkpoint is None or checkpoint.status != PAUSED or form is None:
+            return None
+        if form.workflow_run_id != run_id or form.status == FORM_WAITING:
+            return None
+        return human_input.resolved_for(form)
+
+    def _let_go(self, sink: EventSink, request: RunRequest, form_token: str) -> None:
+        """The run paused: nothing of it stays here; queued again at once when its
+        form was closed while it was pausing."""
+        if sink.pause(form_token) == "requeue":
+            self.celery.send_task(
+                TASK_NAME, kwargs={"request": request.to_dict()}, queue=self.settings.queue
+            )
 
     # ---- ending a run that nobody can finish
 
