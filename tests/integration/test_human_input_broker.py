@@ -182,6 +182,8 @@ def test_a_form_closed_while_its_worker_pauses_queues_the_run_once(tmp_path: Pat
             assert store.pause("t1", "w:2", "form-a") == "paused"
             assert store.meta("t1")["state"] == "paused"
             assert not client.exists(lease_key("t1"))
+            assert store.reopen("t1", "form-a") == "pending"  # its form already used
+            assert store.meta("t1")["state"] == "paused"
             assert store.reopen("t1", "form-b") == "queued"
             assert store.reopen("t1", "form-b") == "pending"  # the same form: queued once
             assert store.meta("t1")["state"] == "queued"
