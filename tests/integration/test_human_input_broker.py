@@ -66,8 +66,16 @@ def _answer(client: httpx.Client) -> dict[str, Any]:
     }
 
 
-def _events(reply: httpx.Response) -> list[tuple[int, dict[str, Any]]]:
-    return [(i, e) for i, e in frames(reply) if isinstance(e, dict) and i is not None]
+def _events(reply: httpx.Response, within: float = 60.0) -> list[tuple[int, dict[str, Any]]]:
+    """The stream's events; a stream still open after `within` seconds (pings keep
+    it alive) fails the test instead of hanging it."""
+    give_up = time.monotonic() + within
+    found: list[tuple[int, dict[str, Any]]] = []
+    for event_id, event in frames(reply):
+        assert time.monotonic() < give_up, [e["event"] for _, e in found]
+        if isinstance(event, dict) and event_id is not None:
+            found.append((event_id, event))
+    return found
 
 
 def test_a_run_paused_on_one_worker_is_resumed_by_another_after_a_submit(
