@@ -1,6 +1,7 @@
-"""Where runs cannot resume a form (`serve --broker` today: `Runs.resumes_forms`
-is False), a submit is refused with 501 before anything changes: the form
-stays open and its run paused, to be answered where runs can resume."""
+"""Where runs cannot resume a form (a `Runs` whose `resumes_forms` is False;
+serve in-process and `--broker` both can), a submit is refused with 501
+before anything changes: the form stays open and its run paused, to be
+answered where runs can resume."""
 
 from __future__ import annotations
 
