@@ -384,6 +384,31 @@ def test_end_only_durability_writes_nothing_before_the_end(tmp_path: Path) -> No
         store.close()
 
 
+def in_flight(location: str, run_id: str, node_id: str) -> bool:
+    """Whether the run's stored checkpoint lists `node_id` among its running nodes."""
+    store = open_store(location)
+    try:
+        record = store.checkpoint(run_id)
+    finally:
+        store.close()
+    if record is None:
+        return False
+
+    def running(value: Any) -> bool:
+        if isinstance(value, dict):
+            listed = value.get("running")
+            if isinstance(listed, list) and any(
+                isinstance(item, dict) and item.get("node_id") == node_id for item in listed
+            ):
+                return True
+            return any(running(item) for item in value.values())
+        if isinstance(value, list):
+            return any(running(item) for item in value)
+        return False
+
+    return running(json.loads(record.snapshot))
+
+
 def killed_at(location: str, doc: str, node_id: str, log: Path) -> list[dict[str, Any]]:
     """Run `doc` in a child process with per-node durability and SIGKILL it once
     `node_id` is at work (its line is in `log`); the events it sent."""
@@ -405,6 +430,14 @@ def killed_at(location: str, doc: str, node_id: str, log: Path) -> list[dict[str
                 break
         for _ in range(3000):  # its node_started goes out just before it runs
             if log.exists() and node_id in log.read_text(encoding="utf-8").split():
+                break
+            time.sleep(0.01)
+        # The checkpoint that lists it in flight may still be committing while it
+        # runs (under gevent the commit's socket wait lets the node go first):
+        # kill once the store has it, so the kill is at the moment the test means.
+        run_id = seen[0]["workflow_run_id"]
+        for _ in range(3000):
+            if in_flight(location, run_id, node_id):
                 break
             time.sleep(0.01)
     finally:
