@@ -96,34 +96,16 @@ def save_upload(
     limit = size_limit(app, kind)
     if limit is None:
         raise ApiError(415, "unsupported_file_type", "serve.error.fileType", type=kind.value)
-    upload_id = str(uuid.uuid4())
-    folder = directory / upload_id
-    folder.mkdir(parents=True)
-    partial = folder / ".partial"
-    try:
+
+    def write(partial: Path) -> int:
         size = _copy_capped(stream, partial, limit)
         if size is None:
             raise ApiError(
                 413, "file_too_large", "serve.error.fileTooLarge", type=kind.value, max=limit
             )
-        final = folder / name
-        os.replace(partial, final)
-        record = UploadRecord(
-            id=upload_id,
-            app_id=app.workflow.app_id,
-            user_id=user,
-            name=name,
-            size=size,
-            extension=extension.lstrip("."),
-            mime_type=mime_type,
-            path=str(final),
-            created_at=time.time(),
-        )
-        store.add_upload(record)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return record
+        return size
+
+    return _keep(app, user, name, write, directory=directory, store=store)
 
 
 def store_bytes(
@@ -132,13 +114,29 @@ def store_bytes(
     """Bytes a trigger's request carried (a webhook's files), kept as an upload of
     the app: bounded by the webhook's body limit, not by the app's upload rules."""
     name = safe_name(filename) or "upload.bin"
+    return _keep(
+        app, user, name, lambda partial: partial.write_bytes(data), directory=directory, store=store
+    )
+
+
+def _keep(
+    app: App,
+    user: str,
+    name: str,
+    write: Callable[[Path], int],
+    *,
+    directory: Path,
+    store: Store,
+) -> UploadRecord:
+    """An upload's folder and record: `write` fills the partial file and says its
+    size; the file is renamed into place and recorded, or the folder is removed."""
     extension, mime_type = files.name_facts(name)
     upload_id = str(uuid.uuid4())
     folder = directory / upload_id
     folder.mkdir(parents=True)
     try:
         partial = folder / ".partial"
-        partial.write_bytes(data)
+        size = write(partial)
         final = folder / name
         os.replace(partial, final)
         record = UploadRecord(
@@ -146,7 +144,7 @@ def store_bytes(
             app_id=app.workflow.app_id,
             user_id=user,
             name=name,
-            size=len(data),
+            size=size,
             extension=extension.lstrip("."),
             mime_type=mime_type,
             path=str(final),
