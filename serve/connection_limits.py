@@ -13,10 +13,17 @@ headers, so a client that opens connections and sends a byte a minute
 
 Neither timeout touches a request once its headers are in: a streaming
 answer can run as long as the run does.
+
+Every connection also sends without Nagle's delay (`TCP_NODELAY`): an answer
+goes out in several small writes (headers, each event, the closing chunk), and
+with Nagle on, a write that follows an unacknowledged one waits for the
+client's delayed ACK (about 40 ms on Linux): the end of a stopped stream came
+that late at the 99th percentile.
 """
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +66,11 @@ class HeadTimeout(Exception):
 class BoundedHandler(WSGIHandler):
     limits: ConnectionLimits = ConnectionLimits()
     _head_timer: gevent.Timeout | None = None
+
+    def __init__(self, sock: Any, address: Any, server: Any, rfile: Any = None) -> None:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().__init__(sock, address, server, rfile)
 
     def read_requestline(self) -> str:
         try:

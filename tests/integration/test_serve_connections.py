@@ -143,3 +143,17 @@ def test_a_files_url_with_credentials_is_refused_without_showing_them(tmp_path: 
     assert done.returncode == 2
     assert "--files-url" in done.stderr and "files.example" in done.stderr
     assert "hunter2" not in done.stderr + done.stdout
+
+
+def test_every_connection_sends_without_nagles_delay() -> None:
+    """An answer goes out in small writes; with Nagle's algorithm on, each waits
+    for the client's delayed ACK (about 40 ms): serve's handler turns it off."""
+    from firstgate.serve.connection_limits import ConnectionLimits
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        with socket.create_connection(listener.getsockname()) as _client:
+            accepted, address = listener.accept()
+            with accepted:
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0
+                ConnectionLimits().handler()(accepted, address, server=None)
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
