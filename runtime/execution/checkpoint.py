@@ -18,7 +18,11 @@ included (`encode` / `decode`); tuples come back as lists.
 
 A finished node's outputs are written once, as a *part* of the checkpoint
 (`CheckpointRecord.parts`), not again with every later checkpoint: the
-snapshot's head stays small however long the run.
+snapshot's head stays small however long the run. When the node's execution,
+written in the same transaction, holds exactly those outputs (nothing in them
+was redacted or made storable), the part names that execution instead of
+repeating them (`record:<node>` = its id): a durable run writes a node's
+outputs once, not twice.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ RUNNING = "running"
 PAUSED = "paused"
 _FILE_KEY = "__firstgate_file__"
 _OUTPUTS_PART = "outputs:"  # a part holding one finished node's outputs (top frame)
+_RECORD_PART = "record:"  # a part naming the node execution that holds them
 
 
 class CheckpointError(LocalizedError):
@@ -84,8 +89,19 @@ class Resolved:
 # ---- values
 
 
+_PLAIN = (str, int, float, bool, type(None))
+
+
 def encode(value: Any) -> Any:
     """`value` as JSON data, files kept whole (`decode` gives them back)."""
+    # Checked in the order values come (a checkpoint encodes at every node).
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        return {str(k): encode(v) for k, v in value.items()}
+    if kind is list:
+        return [encode(v) for v in value]
     if isinstance(value, File):
         return {
             _FILE_KEY: {
@@ -252,9 +268,14 @@ class Snapshot(_Model):
 _MIGRATIONS: dict[int, Any] = {}
 
 
-def load(text: str, parts: Mapping[str, str] | None = None) -> Snapshot:
+def load(
+    text: str,
+    parts: Mapping[str, str] | None = None,
+    executions: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Snapshot:
     """A snapshot from its JSON text (and the parts written with earlier
-    checkpoints); CheckpointError when it is unreadable or of an unknown version."""
+    checkpoints; `executions`: node execution id -> outputs, for the parts that
+    name one); CheckpointError when it is unreadable or of an unknown version."""
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -279,6 +300,12 @@ def load(text: str, parts: Mapping[str, str] | None = None) -> Snapshot:
         for name, value in parts.items():
             if name.startswith(_OUTPUTS_PART):
                 values.setdefault(name[len(_OUTPUTS_PART) :], json.loads(value))
+            elif name.startswith(_RECORD_PART):
+                held = (executions or {}).get(value)
+                if held is None:
+                    detail = f"node execution {value} of {name[len(_RECORD_PART) :]} is missing"
+                    raise CheckpointError("errors.checkpoint.unreadable", detail=detail)
+                values.setdefault(name[len(_RECORD_PART) :], dict(held))
         snapshot = snapshot.model_copy(
             update={"frame": snapshot.frame.model_copy(update={"values": values})}
         )
@@ -317,9 +344,7 @@ class Checkpointer:
         """Continue the checkpoints of a run read back from `record`."""
         self.attempts = record.attempts
         self._created_at = record.created_at
-        self._written = {
-            p[len(_OUTPUTS_PART) :] for p in record.parts if p.startswith(_OUTPUTS_PART)
-        }
+        self._written = {n for p in record.parts if (n := _part_node(p)) is not None}
 
     def save(
         self,
@@ -330,11 +355,13 @@ class Checkpointer:
         nodes: Sequence[NodeExecutionRecord],
         *,
         status: str,
+        in_records: Mapping[str, str] | None = None,
     ) -> None:
         """Write one checkpoint: `head` (the snapshot's data without the finished
         nodes' outputs), `parts` (node id -> outputs, of the nodes finished since
         the last one), the run's row (`run`, when given) and the node executions
-        finished since the last one."""
+        finished since the last one; `in_records`: node id -> the id of one of those
+        executions whose outputs are exactly the node's (its part names it)."""
         now = time.time()
         self._created_at = self._created_at or now
         held = status == RUNNING and self.owner is not None
@@ -351,14 +378,29 @@ class Checkpointer:
             lease_expires_at=now + self.lease_seconds if held else None,
             attempts=self.attempts,
             created_at=self._created_at,
-            parts={
-                _OUTPUTS_PART + node: json.dumps(value, ensure_ascii=False)
-                for node, value in parts.items()
-                if node not in self._written
-            },
+            parts=self._parts(parts, in_records or {}),
         )
         self.store.save_checkpoint(record, run, nodes, writer=self.owner)
         self._written.update(parts)
+
+    def _parts(self, parts: Mapping[str, Any], in_records: Mapping[str, str]) -> dict[str, str]:
+        written: dict[str, str] = {}
+        for node, value in parts.items():
+            if node in self._written:
+                continue
+            if node in in_records:
+                written[_RECORD_PART + node] = in_records[node]
+            else:
+                written[_OUTPUTS_PART + node] = json.dumps(value, ensure_ascii=False)
+        return written
+
+
+def _part_node(name: str) -> str | None:
+    """The node whose outputs a part holds (or names)."""
+    for prefix in (_OUTPUTS_PART, _RECORD_PART):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return None
 
 
 def read(store: Store, run_id: str) -> tuple[Snapshot, CheckpointRecord]:
@@ -370,7 +412,11 @@ def read(store: Store, run_id: str) -> tuple[Snapshot, CheckpointRecord]:
         if run is None:
             raise CheckpointError("errors.checkpoint.unknownRun", run=run_id)
         raise CheckpointError("errors.checkpoint.ended", run=run_id, status=run.status)
-    return load(record.snapshot, record.parts), record
+    executions: dict[str, Mapping[str, Any]] = {}
+    if any(name.startswith(_RECORD_PART) for name in record.parts):
+        run = store.run(run_id)
+        executions = {node.id: node.outputs for node in run.nodes} if run is not None else {}
+    return load(record.snapshot, record.parts, executions), record
 
 
 def node_values(values: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

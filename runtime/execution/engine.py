@@ -34,7 +34,7 @@ import dataclasses
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from firstgate.common.cancel import CancelToken
@@ -66,7 +66,7 @@ from firstgate.runtime.execution.limits import (
 from firstgate.runtime.execution.resources import RunResources
 from firstgate.runtime.execution.response_stream import Piece, StreamPlan
 from firstgate.runtime.execution.run_report import RunReport
-from firstgate.runtime.execution.session import RunSession, storable
+from firstgate.runtime.execution.session import RunSession, RunSummary, storable
 from firstgate.runtime.execution.variable_pool import VariablePool
 from firstgate.runtime.execution.worker_pool import WorkerPool
 
@@ -226,7 +226,7 @@ class WorkflowRun:
                 # Started here, in the caller's thread, so the server dies with its owner.
                 self.resources.start_local(self.providers)
             except Exception as exc:  # noqa: BLE001 - reported as the run's failure
-                yield from self.report.ended(self.report.failed(exc), self.session.finish)
+                yield from self.report.ended(self.report.failed(exc), self._record_end)
                 return
             if self._warm_code_executor:
                 self.resources.warm_up_code_executor()
@@ -248,10 +248,10 @@ class WorkflowRun:
                 yield from self._pause_run()
                 return
             if self._going:
-                yield from self.report.ended(self.report.succeeded(), self.session.finish)
+                yield from self.report.ended(self.report.succeeded(), self._record_end)
                 return
             yield from self._drain()
-            yield from self.report.ended(self._stopped(), self.session.finish)
+            yield from self.report.ended(self._stopped(), self._record_end)
         finally:
             self.cancel.cancel("run finished")
             self._workers.shutdown(timeout=1.0)
@@ -652,12 +652,19 @@ class WorkflowRun:
                 self._row_at = now
             self._row_behind = run is None
         try:
-            self._checkpointer.save(self.info, head, parts, run, nodes, status=status)
+            held = _in_records(parts, nodes)
+            self._checkpointer.save(
+                self.info, head, parts, run, nodes, status=status, in_records=held
+            )
         except Exception:  # noqa: BLE001 - text a store cannot hold: once more, made storable
-            again = [storable(n) for n in nodes]
+            again = [storable(n) for n in nodes]  # their outputs may differ now: parts whole
             self._checkpointer.save(self.info, head, parts, run, again, status=status)
-        self._saved_records = len(records)
+        self._saved_records += len(nodes)  # a chat turn's go with its message, at its end
         self._unwritten.clear()
+
+    def _record_end(self, summary: RunSummary) -> None:
+        """The run's end record, without the node executions its checkpoints wrote."""
+        self.session.finish(summary, written=self._saved_records)
 
     def _pause_run(self) -> Iterator[ev.Event]:
         """Nothing runs but paused nodes: write the checkpoint, send the nodes'
@@ -667,7 +674,7 @@ class WorkflowRun:
             self.snapshot(after=len(notices) + 1)  # kept whole: `checkpoint`, without a store
             self._save(len(notices) + 1, [])
         except Exception as exc:  # noqa: BLE001 - a pause that cannot be kept fails the run
-            yield from self.report.ended(self.report.failed(exc), self.session.finish)
+            yield from self.report.ended(self.report.failed(exc), self._record_end)
             return
         for execution, notice in notices:
             yield self.report.announced(execution, notice)
@@ -785,6 +792,19 @@ def _repeatable(graph: Graph, node_id: str) -> bool:
         return False
     inner = graph.children.get(node_id)
     return inner is None or all(_repeatable(inner, n) for n in inner.nodes)
+
+
+def _in_records(parts: Mapping[str, Any], nodes: Sequence[Any]) -> dict[str, str]:
+    """The finished nodes (of `parts`) whose execution record, written with the same
+    checkpoint, holds exactly their outputs: node id -> execution id."""
+    if not nodes:
+        return {}
+    latest = {record.node_id: record for record in nodes}
+    return {
+        node: latest[node].id
+        for node, value in parts.items()
+        if node in latest and latest[node].outputs == value
+    }
 
 
 # The top scope's variables that change after they are first set.

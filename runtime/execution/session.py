@@ -208,15 +208,17 @@ class RunSession:
 
     # ---- the end
 
-    def finish(self, summary: RunSummary) -> None:
-        """Record the run (and the chat turn) in the store, in one transaction.
+    def finish(self, summary: RunSummary, *, written: int = 0) -> None:
+        """Record the run (and the chat turn) in the store, in one transaction;
+        the first `written` of its node executions are there already (its
+        checkpoints wrote them) and are not written again.
 
         When the store refuses the record (a value it cannot hold, a full disk,
         a dropped connection) the run is recorded again as failed, its text made
         storable, and StoreError says so; the conversation is released either way.
         """
         store = self.store
-        run = self._run_record(summary)
+        run = self._run_record(summary, written)
         if self.turn is None:
             if store is not None:
                 self._record(lambda r, _m, _v: store.record_run(r), run, None, {})
@@ -297,7 +299,7 @@ class RunSession:
         """The run's record while it runs or is paused (with these node executions)."""
         return storable(dataclasses.replace(self._run_record(summary), nodes=list(nodes), files=[]))
 
-    def _run_record(self, summary: RunSummary) -> RunRecord:
+    def _run_record(self, summary: RunSummary, written: int = 0) -> RunRecord:
         redact = self.redactor.value
         return RunRecord(
             id=self.info.workflow_run_id,
@@ -315,7 +317,7 @@ class RunSession:
             exceptions_count=summary.exceptions_count,
             created_at=self.started_at,
             finished_at=time.time(),
-            nodes=list(summary.nodes),
+            nodes=list(summary.nodes[written:]),
             files=[_file_record(name, f) for name, f in self.files],
             triggered_from=self.options.triggered_from,
         )

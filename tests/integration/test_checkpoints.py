@@ -573,6 +573,50 @@ def test_a_checkpoint_never_holds_the_environments_secrets(tmp_path: Path) -> No
         store.close()
 
 
+def test_a_finished_nodes_outputs_are_stored_once(tmp_path: Path, location: str) -> None:
+    """A node whose execution record holds its outputs as they are has a part that
+    names the record; one whose record masks a secret keeps its outputs whole in
+    the part, so that the resumed run reads what the node really said."""
+    doc = pausing_doc()
+    doc["workflow"]["environment_variables"] = [
+        {"name": "token", "value_type": "secret", "value": "", "id": "e1"}
+    ]
+    graph = doc["workflow"]["graph"]
+    graph["nodes"].insert(2, template("masked", "key {{ t }}", t=["env", "token"]))
+    graph["nodes"][4] = template(
+        "after",
+        "{{ b }} / {{ m }} / {{ a }}",
+        b=["before", "output"],
+        m=["masked", "output"],
+        a=["ask", "answer"],
+    )
+    graph["edges"][1] = edge("before", "masked")
+    graph["edges"].insert(2, edge("masked", "ask"))
+    secret = "s3cr3t-value-0123456789"
+    workflow = load_workflow(doc)
+    store = open_store(location)
+    options = RunOptions(environ={"FIRSTGATE_ENV_token": secret}, durability=cp.Durability.NODE)
+    try:
+        with RunResources.open(store=store, clients=object()) as resources:  # type: ignore[arg-type]
+            run = workflow.run({"q": "a"}, options, resources)
+            list(run)
+            record = store.checkpoint(run.run_id)
+            assert record is not None
+            executions = {n.node_id: n for n in store.run(run.run_id).nodes}
+            assert record.parts["record:before"] == executions["before"].id
+            assert executions["before"].outputs == {"output": "before a"}
+            assert "outputs:before" not in record.parts
+            assert secret not in json.dumps(executions["masked"].outputs)  # masked there
+            assert json.loads(record.parts["outputs:masked"]) == {"output": f"key {secret}"}
+            answer = {"ask": cp.Resolved({"answer": "ok"}, "yes")}
+            again = workflow.resume(run.run_id, options, resources, resolved=answer)
+            list(again)
+            assert again.status == "succeeded"
+            assert again.outputs == {"out": f"before a / key {secret} / ok"}
+    finally:
+        store.close()
+
+
 def test_a_node_made_ready_before_the_kill_starts_on_resume(tmp_path: Path) -> None:
     """The checkpoint of w2's end (its row due: w2 took longer than the progress
     period, so the dispatcher writes nothing more before it waits) lists w3 as
