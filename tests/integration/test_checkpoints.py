@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
@@ -278,6 +279,18 @@ def test_values_keep_their_files(tmp_path: Path) -> None:
     back = cp.decode(json.loads(json.dumps(cp.encode(value))))
     assert back == {"files": [file, {"nested": [1, "two"]}], "n": None}
     assert back["files"][0].path == path
+
+
+def test_values_keep_what_json_has_no_word_for() -> None:
+    """NaN, the infinities and integers past 64 bits come back as they were."""
+    value = {"nan": float("nan"), "inf": float("inf"), "in": [1.5, -float("inf"), {"k": 3}]}
+    back = cp.decode(json.loads(cp.dumps(cp.encode(value))))
+    assert math.isnan(back.pop("nan"))
+    assert back == {"inf": float("inf"), "in": [1.5, -float("inf"), {"k": 3}]}
+    big = {"big": 2**70, "small": -(2**70)}
+    assert cp.decode(json.loads(cp.dumps(cp.encode(big)))) == big
+    tag_like = {"__firstgate_float__": "nan", "x": 1}  # not a tag: kept as it is
+    assert cp.decode(cp.encode(tag_like)) == tag_like
 
 
 def work_doc(
