@@ -23,6 +23,9 @@ from firstgate.store.schema import migrations
 MIGRATIONS: tuple[str, ...] = migrations(real="REAL", integer="INTEGER")
 
 
+WAL_CHECKPOINT_PAGES = 10_000
+
+
 class _SQLiteDatabase(Database):
     def __init__(self, path: str) -> None:
         self._lock = threading.RLock()
@@ -38,6 +41,12 @@ class _SQLiteDatabase(Database):
             # only a power cut may lose the last commits (no fsync per commit,
             # which would sit in every run's end, a stop's included).
             self._db.execute("PRAGMA synchronous = NORMAL")
+            # The WAL is copied back into the database (and synced) when it holds
+            # this many pages (SQLite's default: 1,000, 4 MB). A durable run commits
+            # at every node and rewrites the same few pages each time; copying them
+            # back ten times less often took a per-node run from 2.2x to 1.65x the
+            # CPU of a run recorded at its end. The WAL may grow to about 40 MB.
+            self._db.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
 
     @contextmanager
     def transaction(self, *, leases: bool = False) -> Iterator[_Tx]:
