@@ -55,6 +55,12 @@ from firstgate.runtime.models.local_model import (
 )
 
 ENV_LOCAL_BASE_URL = "FIRSTGATE_LOCAL_BASE_URL"
+# The longest reply a started server writes (`--n-predict`; a request's
+# max_tokens is capped at it). llama-server's own default is none: a tiny model
+# caught in a loop, asked with no max_tokens (an app that sets none), generated
+# until its context was full, and past it with context shift (ten minutes of a
+# README example on a busy machine).
+MAX_TOKENS = 2048
 
 _PORT_ATTEMPTS = 5
 _POLL_INTERVAL_S = 0.05
@@ -297,6 +303,7 @@ class LlamaServer:
         ctx_size: int | None = None,
         parallel: int | None = None,
         sse_ping_interval: int | None = None,
+        max_tokens: int | None = MAX_TOKENS,
         extra_args: Sequence[str] = (),
         start_timeout: float = 60.0,
         stop_grace: float = 5.0,
@@ -314,6 +321,7 @@ class LlamaServer:
         self.ctx_size = ctx_size
         self.parallel = parallel
         self.sse_ping_interval = sse_ping_interval
+        self.max_tokens = max_tokens
         self.extra_args = list(extra_args)
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace
@@ -372,6 +380,8 @@ class LlamaServer:
             cmd += ["--parallel", str(self.parallel)]
         if self.sse_ping_interval is not None:
             cmd += ["--sse-ping-interval", str(self.sse_ping_interval)]
+        if self.max_tokens is not None:
+            cmd += ["--n-predict", str(self.max_tokens)]
         return cmd + self.extra_args
 
     def start(self) -> Self:

@@ -143,6 +143,20 @@ def test_start_stop_and_time(llama_binary: Path, model_file: Path) -> None:
     assert not log_path.exists()
 
 
+def test_a_reply_stops_at_the_servers_token_cap(llama_binary: Path, model_file: Path) -> None:
+    """Asked with no max_tokens (an app that sets none), a started server still
+    stops: at its cap (`MAX_TOKENS` by default; 8 here), finish reason `length`."""
+    with LlamaServer(model_file, binary=llama_binary, ctx_size=512, max_tokens=8) as server:
+        body = {
+            "messages": [{"role": "user", "content": "Count from one to one hundred in words."}],
+            "temperature": 0,
+        }
+        reply = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120).json()
+    assert reply["usage"]["completion_tokens"] == 8
+    assert reply["choices"][0]["finish_reason"] == "length"
+    assert LlamaServer().max_tokens == ls.MAX_TOKENS > 0
+
+
 def test_explicit_port_taken_is_a_clear_error(llama_binary: Path, model_file: Path) -> None:
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))
