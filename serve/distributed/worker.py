@@ -39,16 +39,18 @@ import redis
 from celery import Celery
 from firstgate.common import metrics
 from firstgate.locales import t
-from firstgate.runtime import human_input
+from firstgate.runtime import human_input as hi
 from firstgate.runtime.execution.checkpoint import PAUSED, RUNNING, Resolved
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.events import ErrorEvent, RunInfo, WorkflowFailed
+from firstgate.serve import human_input
 from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.distributed.celery_app import TASK_NAME, make_celery, set_dead_letter_sink
 from firstgate.serve.distributed.run_state import (
     STOP_CHANNEL,
     EventSink,
     RunStore,
+    info_dict,
     share_file_links,
 )
 from firstgate.serve.distributed.settings import DistributedSettings, reachable, redis_client
@@ -184,7 +186,7 @@ class WorkerRuntime:
             sink.refuse(error)
             sink.end()
             return
-        self.runs.set_field(task_id, "info", json.dumps(_info_dict(run.info)))
+        self.runs.set_field(task_id, "info", json.dumps(info_dict(run.info)))
         held = HeldRun(run, owner, sink)
         self.held[task_id] = held
         reason = self.runs.stop_reason(task_id)
@@ -201,7 +203,7 @@ class WorkerRuntime:
         finally:
             self.held.pop(task_id, None)
             if run.status == PAUSED and not sink.ended:
-                self._let_go(sink, request, form_token)
+                self._let_go(sink, request, run, form_token)
             sink.end()
 
     def _answer(self, run_id: str, form_token: str) -> dict[str, Resolved] | None:
@@ -216,15 +218,22 @@ class WorkerRuntime:
             return None
         if form.workflow_run_id != run_id or form.status == FORM_WAITING:
             return None
-        return human_input.resolved_for(form)
+        return hi.resolved_for(form)
 
-    def _let_go(self, sink: EventSink, request: RunRequest, form_token: str) -> None:
+    def _let_go(
+        self, sink: EventSink, request: RunRequest, run: WorkflowRun, form_token: str
+    ) -> None:
         """The run paused: nothing of it stays here; queued again at once when its
-        form was closed while it was pausing."""
-        if sink.pause(form_token) == "requeue":
+        form was closed while it was pausing, ended as stopped when a stop came
+        (too late for the engine to hear it)."""
+        verdict = sink.pause(form_token)
+        if verdict == "requeue":
             self.celery.send_task(
                 TASK_NAME, kwargs={"request": request.to_dict()}, queue=self.settings.queue
             )
+        elif verdict == "stop":
+            reason = self.runs.stop_reason(sink.task_id) or t("serve.stoppedByUser", self.locale)
+            human_input.end_paused(self.launcher.store, sink, run.info, reason)
 
     # ---- ending a run that nobody can finish
 
@@ -374,20 +383,6 @@ def _forever(loop: Any) -> None:
         except Exception:  # noqa: BLE001 - a bug in a loop must not end the worker's duties
             log.exception("%s failed; starting it again", loop.__name__)
             gevent.sleep(1.0)
-
-
-def _info_dict(info: RunInfo) -> dict[str, Any]:
-    return {
-        "task_id": info.task_id,
-        "workflow_run_id": info.workflow_run_id,
-        "workflow_id": info.workflow_id,
-        "app_id": info.app_id,
-        "mode": info.mode,
-        "user_id": info.user_id,
-        "created_at": info.created_at,
-        "conversation_id": info.conversation_id,
-        "message_id": info.message_id,
-    }
 
 
 def _info_from(meta: Mapping[str, str], request: RunRequest, app: App | None) -> RunInfo:
