@@ -141,9 +141,7 @@ def _forget(client: redis.Redis, task_id: str, run_id: str) -> None:
     assert not client.exists(*keys, run_id_key(run_id))
 
 
-def _follow(
-    http: httpx.Client, run_id: str, **flags: str
-) -> list[tuple[int, dict[str, Any]]]:
+def _follow(http: httpx.Client, run_id: str, **flags: str) -> list[tuple[int, dict[str, Any]]]:
     query = {"user": "ann", "continue_on_pause": "true", **flags}
     with http.stream("GET", f"/v1/workflow/{run_id}/events", params=query) as reply:
         assert reply.status_code == 200, reply.read()
