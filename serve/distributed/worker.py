@@ -126,6 +126,9 @@ class WorkerRuntime:
         self.locale = locale
         self.worker_id = f"{socket.gethostname()}.{uuid.uuid4().hex[:8]}"
         self.held: dict[str, HeldRun] = {}
+        # Runs claimed here and still starting (task -> owner): a turn waiting for
+        # its conversation (an earlier turn in progress) is held all that while.
+        self.opening: dict[str, str] = {}
         self._greenlets: list[gevent.Greenlet] = []
 
     # ---- the task
@@ -167,6 +170,7 @@ class WorkerRuntime:
         sink = EventSink(self.runs, task_id, owner, lost)
         app = self.apps.apps.get(request.app_stem)
         form_token = self.runs.meta(task_id).get("form", "")
+        self.opening[task_id] = owner
         try:
             if app is None:
                 raise not_found("serve.worker.noApp", app=request.app_stem)
@@ -186,6 +190,8 @@ class WorkerRuntime:
             sink.refuse(error)
             sink.end()
             return
+        finally:
+            self.opening.pop(task_id, None)
         self.runs.set_field(task_id, "info", json.dumps(info_dict(run.info)))
         held = HeldRun(run, owner, sink)
         self.held[task_id] = held
@@ -336,6 +342,9 @@ class WorkerRuntime:
     def _heartbeat(self) -> None:
         while True:
             gevent.sleep(self.settings.lease / 3)
+            for task_id, owner in list(self.opening.items()):
+                # Refused: another took it over; the run's first publish is fenced.
+                self.runs.renew(task_id, owner, self.settings.lease)
             for task_id, held in list(self.held.items()):
                 if held.sink.ended:
                     continue
