@@ -313,3 +313,23 @@ def test_a_stop_asked_while_its_worker_pauses_the_run_is_left_to_that_worker(
             assert store.request_stop("t2", "again", "api:2", 10) is False
         finally:
             client.close()
+
+
+def test_a_run_is_written_again_only_when_redis_no_longer_knows_it(tmp_path: Path) -> None:
+    fields = {"request": "{}", "workflow_run_id": "r1", "state": "queued", "seq": "8", "first": "8"}
+    with redis_server(tmp_path / "redis") as broker:
+        client = redis.Redis.from_url(broker.url)
+        store = RunStore(client, keep_finished=60)
+        try:
+            _queued(store, "t1")
+            assert store.claim("t1", "w:1", 10, 3) == "claimed"
+            assert store.revive("t1", "r1", fields) is False  # known: left as it is
+            assert store.meta("t1")["owner"] == "w:1"
+            assert store.revive("t2", "r2", {**fields, "workflow_run_id": "r2"}) is True
+            assert store.meta("t2")["seq"] == "8" and store.task_for_run("r2") == "t2"
+            assert store.claim("t2", "w:2", 10, 3) == "claimed"
+            assert store.publish("t2", "w:2", "e", b"{}")
+            assert client.xrange(events_key("t2")) == [(b"0-9", {b"e": b"{}"})]
+            assert 0 < client.pttl(run_key("t2"))
+        finally:
+            client.close()
