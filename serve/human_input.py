@@ -165,8 +165,10 @@ def end_paused(store: Store, sink: EventSink, info: RunInfo, reason: str) -> Non
         if form.status == FORM_WAITING:
             status = FORM_SUBMITTED if form.expires_at > now else FORM_TIMEOUT
             store.close_form(form.token, status=status, now=now)
-    found = store.checkpoint(run_id)
-    totals = cp.decode(cp.load(found.snapshot, found.parts).report) if found else {}
+    totals: dict[str, Any] = {}
+    if store.checkpoint(run_id) is not None:
+        snapshot, _ = cp.read(store, run_id)
+        totals = cp.decode(snapshot.report)
     elapsed = float(totals.get("elapsed", 0.0))
     known = store.run(run_id)
     if known is not None and known.status in (cp.RUNNING, cp.PAUSED):

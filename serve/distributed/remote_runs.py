@@ -124,10 +124,10 @@ class RemoteRuns(Runs):
         and run ids, request, identity, the position its stream goes on from),
         named with the form and `queued`; 'unknown' when it has no checkpoint (it
         ended). Known after all (another process revived it): reopened as usual."""
-        found = self.launcher.store.checkpoint(form.workflow_run_id)
-        if found is None:
+        store = self.launcher.store
+        if store.checkpoint(form.workflow_run_id) is None:
             return None, "unknown"
-        snapshot = cp.load(found.snapshot, found.parts)
+        snapshot, found = cp.read(store, form.workflow_run_id)
         info = snapshot.run.info()
         request = RunRequest(
             app_stem=app.stem,

@@ -198,8 +198,10 @@ def test_a_run_whose_redis_keys_are_gone_resumes_when_its_form_is_submitted(
     assert rest[-1][1]["data"]["outputs"] == {"text": "my edits", "action": "Use my edits"}
     assert {e["task_id"] for _, e in rest} == {task_id}
     assert {e["workflow_run_id"] for _, e in rest if "workflow_run_id" in e} == {run_id}
-    # The stream, written anew, goes on from the run's position in the store: the
-    # state snapshot stands for the events before it, as after a restart in-process.
+    # The stream, written anew, goes on from the run's position in the store (its
+    # ids too); the state snapshot stands for the events before it, as after a
+    # restart in-process.
+    assert [i for i, _ in rest] == list(range(paused_at + 1, paused_at + 1 + len(rest)))
     live = [e for _, e in rest]
     assert [e for _, e in replayed[-len(live) :]] == live
     assert [i for i, _ in replayed[-len(live) :]] == list(
