@@ -33,7 +33,7 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.app_modes", ["--turns=200", "--repeat=5"], False),
     ("bench.protocols", ["--frames=100000", "--rounds=3", "--trials=30"], True),
     ("bench.checkpoint", ["--repeat=5", "--resumes=200", "--stops=100"], False),
-    ("bench.human_input", ["--trials=200", "--http-trials=50"], False),
+    ("bench.human_input", ["--trials=200", "--http-trials=50", "--broker-trials=100"], False),
     ("bench.telemetry", ["--rounds=7"], True),
 ]
 QUICK = {
@@ -54,7 +54,7 @@ QUICK = {
     "bench.app_modes": ["--turns=20", "--repeat=1"],
     "bench.protocols": ["--frames=20000", "--rounds=1", "--trials=10"],
     "bench.checkpoint": ["--repeat=1", "--resumes=20", "--stops=20"],
-    "bench.human_input": ["--trials=20", "--http-trials=5"],
+    "bench.human_input": ["--trials=20", "--http-trials=5", "--broker-trials=5"],
     "bench.telemetry": ["--rounds=2", "--nodes=200"],
 }
 

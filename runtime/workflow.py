@@ -259,13 +259,16 @@ class Workflow:
         seconds = options.limits.max_run_seconds
         lease = seconds + _LEASE_MARGIN_S if seconds else _UNLIMITED_LEASE_S
         store = resources.store if options.recorded else None
-        session = open_session(self, options, store=store, lease_seconds=lease)
+        # One token for the run's hold on its checkpoint and its turn's on the
+        # conversation: a resumption that takes the one over knows the other.
+        owner = owner_token()
+        session = open_session(self, options, store=store, lease_seconds=lease, owner=owner)
         owned.callback(session.close)
         if options.files and not self.file_upload.enabled:
             raise start.InputError("dsl.input.filesDisabled")
         session.attach_files(self.file_upload.rules, self.file_upload.limit)
         session.note_input_files(values)
-        return self._engine(graph, values, options, resources, session, owned, None, None)
+        return self._engine(graph, values, options, resources, session, owned, None, None, owner)
 
     def _engine(
         self,
@@ -277,13 +280,16 @@ class Workflow:
         owned: ExitStack,
         resume: Resume | None,
         record: CheckpointRecord | None,
+        owner: str | None = None,
     ) -> WorkflowRun:
         store = session.store
         checkpointer = None
         if store is not None:
             lease = _checkpoint_lease(options)
             # A resumed run goes on under the hold its claim took.
-            owner = record.owner if record is not None and record.owner else owner_token()
+            if record is not None and record.owner:
+                owner = record.owner
+            owner = owner or owner_token()
             checkpointer = Checkpointer(store, owner=owner, lease_seconds=lease)
             if record is not None:
                 checkpointer.resumed(record)
@@ -370,6 +376,8 @@ class Workflow:
                 )
         self.check_plugin_daemon(resources.settings)
         resources.check_routes(self.llm_providers())
+        # The earlier attempt's hold, when the caller took the run over from it.
+        previous = record.owner if take_over and record is not None else None
         if store is not None:
             record = store.claim_checkpoint(
                 snapshot.run.workflow_run_id,
@@ -392,7 +400,15 @@ class Workflow:
         )
         seconds = options.limits.max_run_seconds
         lease = seconds + _LEASE_MARGIN_S if seconds else _UNLIMITED_LEASE_S
-        session = open_session(self, options, store=store, lease_seconds=lease, info=info)
+        session = open_session(
+            self,
+            options,
+            store=store,
+            lease_seconds=lease,
+            info=info,
+            owner=record.owner if record is not None else None,
+            take_over_from=previous,
+        )
         owned.callback(session.close)
         session.started_at = snapshot.started_at
         inputs = decode(snapshot.inputs)

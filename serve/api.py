@@ -606,9 +606,12 @@ class ServiceApi(RecordsApi, HumanInputApi):
             after = int(last)
             first = getattr(handle.stream, "first", 0)
             replay: list[bytes] = []
-            if snapshot and after < first:
-                record = self.context.store.run(handle.workflow_run_id)
-                replay = [dump_json(e) for e in _snapshot_events(record, handle.task_id)]
+            if after < first:
+                # The events before `first` are gone: the reader's count starts
+                # there (read in several batches, it would see some twice).
+                if snapshot:
+                    record = self.context.store.run(handle.workflow_run_id)
+                    replay = [dump_json(e) for e in _snapshot_events(record, handle.task_id)]
                 after = first
             live = handle.stream.follow(self.context.ping_interval, after, through_pauses=through)
             return self._event_stream(itertools.chain(replay, live), after - len(replay))

@@ -11,10 +11,16 @@ of two submits, in any processes, one wins and the other is 412
 `human_input_form_submitted`) and resumes the run with the node's outputs and
 the action's branch (`Runs.resume`). Past its deadline a form is 412
 `human_input_form_expired`.
+
+A paused run that is stopped ends here and now (`end_paused`): nothing holds it
+to hear a stop. Its open forms close (a later submit is 412
+`human_input_form_submitted`), its record says `stopped` (its checkpoint goes
+with it), and its stream ends with `workflow_finished` (`stopped`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -23,11 +29,21 @@ from firstgate.common.files import FileError, FileRules
 from firstgate.locales.localized_error import LocalizedError
 from firstgate.nodes.human_input import form as forms
 from firstgate.runtime import human_input as hi
+from firstgate.runtime.execution import checkpoint as cp
+from firstgate.runtime.execution.events import MessageEnd, RunInfo, WorkflowStopped, llm_usage
 from firstgate.serve import bodies, uploads
 from firstgate.serve.apps import App
 from firstgate.serve.bodies import _Body, _user
 from firstgate.serve.errors import ApiError, dump_json, not_found
-from firstgate.store.base import FormRecord, Store
+from firstgate.serve.runs import EventSink
+from firstgate.store.base import (
+    FORM_SUBMITTED,
+    FORM_TIMEOUT,
+    FORM_WAITING,
+    FormRecord,
+    RunRecord,
+    Store,
+)
 from pydantic import field_validator
 from werkzeug.wrappers import Request, Response
 
@@ -137,3 +153,66 @@ class HumanInputApi:
             return found
 
         return resolve
+
+
+def end_paused(store: Store, sink: EventSink, info: RunInfo, reason: str) -> None:
+    """End a paused run as stopped, by whoever holds it now (see the module's
+    docstring): forms first, so a submit racing the stop either won before
+    (and the run it queued finds it stopped) or finds its form closed."""
+    now = time.time()
+    run_id = info.workflow_run_id
+    for form in store.run_forms(run_id):
+        if form.status == FORM_WAITING:
+            status = FORM_SUBMITTED if form.expires_at > now else FORM_TIMEOUT
+            store.close_form(form.token, status=status, now=now)
+    totals: dict[str, Any] = {}
+    if store.checkpoint(run_id) is not None:
+        snapshot, _ = cp.read(store, run_id)
+        totals = cp.decode(snapshot.report)
+    elapsed = float(totals.get("elapsed", 0.0))
+    known = store.run(run_id)
+    if known is not None and known.status in (cp.RUNNING, cp.PAUSED):
+        known = dataclasses.replace(
+            known, status="stopped", error=reason, finished_at=now, nodes=(), files=()
+        )
+        store.record_run(known)  # its checkpoint goes in the same transaction
+    elif known is None:
+        # A chat turn is recorded at its end only: this is its end.
+        known = RunRecord(
+            id=run_id,
+            app_id=info.app_id,
+            workflow_id=info.workflow_id,
+            mode=info.mode,
+            user_id=info.user_id,
+            status="stopped",
+            inputs={},
+            outputs={},
+            error=reason,
+            elapsed_time=elapsed,
+            total_tokens=int(totals.get("tokens", 0)),
+            total_steps=int(totals.get("steps", 0)),
+            exceptions_count=int(totals.get("exceptions", 0)),
+            created_at=float(info.created_at),
+            finished_at=now,
+        )
+        store.record_run(known)
+    else:
+        store.delete_checkpoint(run_id)  # it had ended: what is left of it goes
+    sink.publish(
+        WorkflowStopped(
+            run=info,
+            elapsed=elapsed,
+            finished_at=int(now),
+            reason=reason,
+            error_message=reason,
+            outputs=dict(known.outputs),
+            total_tokens=known.total_tokens,
+            total_steps=known.total_steps,
+            exceptions_count=known.exceptions_count,
+        ).to_dict()
+    )
+    if info.chat:
+        usage = llm_usage(dict(totals.get("usage", {})), latency=elapsed)
+        answer = str(totals.get("answer", ""))
+        sink.publish(MessageEnd(run=info, elapsed=elapsed, answer=answer, usage=usage).to_dict())
+    sink.end()

@@ -277,10 +277,15 @@ class Store(ABC):
         mode: str,
         lease_seconds: float,
         wait_seconds: float,
+        owner: str | None = None,
+        take_over_from: str | None = None,
     ) -> Turn:
         """Take the conversation (waiting up to `wait_seconds` for a turn in
         progress) and read its state. An unknown id starts a new conversation.
-        Raises StoreError when it belongs to another app or user, or stays busy."""
+        Raises StoreError when it belongs to another app or user, or stays busy.
+        `owner`: the lease's token (a new one when None); `take_over_from`: a
+        token whose lease is taken at once, live or not (the same turn's earlier
+        attempt, resumed by whoever holds its run now)."""
 
     @abstractmethod
     def record_run(self, run: RunRecord) -> None:

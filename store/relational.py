@@ -180,8 +180,10 @@ class RelationalStore(Store):
         mode: str,
         lease_seconds: float,
         wait_seconds: float,
+        owner: str | None = None,
+        take_over_from: str | None = None,
     ) -> Turn:
-        owner = owner_token()
+        owner = owner or owner_token()
         give_up = time.monotonic() + max(0.0, wait_seconds)
         while True:
             with self.db.transaction(leases=True) as tx:
@@ -192,20 +194,28 @@ class RelationalStore(Store):
                     raise StoreError(
                         "errors.store.foreignConversation", conversation=conversation_id
                     )
-                if self._take_lease(tx, conversation_id, owner, lease_seconds):
+                if self._take_lease(tx, conversation_id, owner, lease_seconds, take_over_from):
                     state = self._state(tx, conversation_id, is_new=row is None)
                     return _RelationalTurn(self, owner, app_id, user_id, mode, state)
             if time.monotonic() >= give_up:
                 raise StoreError("errors.store.conversationBusy", conversation=conversation_id)
             time.sleep(_POLL_S)
 
-    def _take_lease(self, tx: Tx, conversation_id: str, owner: str, lease_seconds: float) -> bool:
+    def _take_lease(
+        self,
+        tx: Tx,
+        conversation_id: str,
+        owner: str,
+        lease_seconds: float,
+        take_over_from: str | None = None,
+    ) -> bool:
         now = time.time()
         held = tx.execute(
             "SELECT owner, expires_at FROM conversation_leases WHERE conversation_id = ?",
             (conversation_id,),
         ).fetchone()
-        if held is not None and held[1] > now and not _owner_gone(held[0]):
+        live = held is not None and held[1] > now and not _owner_gone(held[0])
+        if live and held[0] != take_over_from:
             return False
         tx.execute(
             "INSERT INTO conversation_leases (conversation_id, owner, expires_at) VALUES (?, ?, ?) "

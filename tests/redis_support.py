@@ -146,12 +146,19 @@ def worker(
     extra: tuple[str, ...] = (),
     env: Mapping[str, str] | None = None,
     keys: Mapping[str, str] = KEYS,
+    host: str | None = None,
 ) -> Iterator[Worker]:
-    """`firstgate worker` as a user starts it, once it consumes; SIGTERM at the end."""
+    """`firstgate worker` as a user starts it, once it consumes; SIGTERM at the end.
+    `host`: the host name it sees (a UTS namespace of its own, as root), so that
+    it stands for a worker on another machine: what it holds in the store is not
+    known to be gone when it dies (no pid to look at)."""
     log = tmp / f"{name}.log"
     command = [sys.executable, "-m", "firstgate.serve.cli", "worker", str(apps), "--broker", broker]
     command += ["--database-url", database, "--models", str(models_file(tmp, base_url))]
     command += list(extra)
+    if host is not None:
+        # unshare and sh exec in turn: the worker is the process started (one pid).
+        command = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, *command]
     with log.open("w") as sink:
         process = subprocess.Popen(
             command,

@@ -380,9 +380,14 @@ def open_session(
     store: Store | None,
     lease_seconds: float,
     info: RunInfo | None = None,
+    owner: str | None = None,
+    take_over_from: str | None = None,
 ) -> RunSession:
     """Resolve the environment, take the conversation (chatflows, from `store`), build
-    the ids (`info`: those of a run that goes on from its checkpoint)."""
+    the ids (`info`: those of a run that goes on from its checkpoint). `owner`: the
+    conversation's lease token, the run's own hold on its checkpoint; `take_over_from`:
+    the hold of the run's earlier attempt, whose lease on the conversation passes
+    to this one at once (the same turn)."""
     environment, redactor = resolve(
         workflow.environment_variables, options.environ, options.env_file_values
     )
@@ -400,6 +405,8 @@ def open_session(
             mode=workflow.mode,
             lease_seconds=lease_seconds,
             wait_seconds=options.turn_wait_s,
+            owner=owner,
+            take_over_from=take_over_from,
         )
     info = info or RunInfo(
         task_id=options.task_id or str(uuid.uuid4()),

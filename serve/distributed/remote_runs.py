@@ -10,7 +10,12 @@ not through the process that queued it.
 
 A closed human-input form (a submit to any API process, a deadline) queues
 its paused run again (`RunStore.reopen`): any worker resumes it from its
-checkpoint with the answer, its stream going on under the same ids.
+checkpoint with the answer, its stream going on under the same ids. The
+store is the truth of a paused run: one that waited longer than Redis keeps
+its keys is written to Redis again from its checkpoint (`RunStore.revive`:
+its ids, request and position) and queued all the same. A stop of a paused
+run, which no worker holds to hear it, is carried out by the API process
+that receives it (`human_input.end_paused`).
 """
 
 from __future__ import annotations
@@ -20,11 +25,21 @@ import logging
 import os
 import socket
 import time
+import uuid
 
 from celery import Celery
+from firstgate.runtime.execution import checkpoint as cp
+from firstgate.runtime.execution.events import RunInfo
+from firstgate.serve import human_input
 from firstgate.serve.apps import App
 from firstgate.serve.distributed.celery_app import TASK_NAME, make_celery
-from firstgate.serve.distributed.run_state import RedisEventStream, RunStore, share_file_links
+from firstgate.serve.distributed.run_state import (
+    EventSink,
+    RedisEventStream,
+    RunStore,
+    info_dict,
+    share_file_links,
+)
 from firstgate.serve.distributed.settings import DistributedSettings, reachable, redis_client
 from firstgate.serve.errors import ApiError
 from firstgate.serve.launch import Launcher, RunRequest
@@ -57,15 +72,7 @@ class RemoteRuns(Runs):
 
     def start(self, app: App, request: RunRequest) -> RunHandle:
         self.launcher.check(app, request)
-        meta = {
-            "request": json.dumps(request.to_dict(), ensure_ascii=False),
-            "app_stem": app.stem,
-            "app_id": app.workflow.app_id,
-            "user": request.user,
-            "chat": "1" if app.chat else "",
-            "workflow_run_id": request.workflow_run_id,
-            "created_at": f"{time.time():.3f}",
-        }
+        meta = _meta(app, request, time.time())
         self.runs.queue(request.task_id, request.workflow_run_id, meta)
         self.celery.send_task(
             TASK_NAME,
@@ -89,8 +96,8 @@ class RemoteRuns(Runs):
             app_id=meta["app_id"],
             user=meta["user"],
             chat=bool(meta.get("chat")),
-            stream=RedisEventStream(self.runs.redis, task_id),
-            stop=lambda reason: self.runs.request_stop(task_id, reason),
+            stream=RedisEventStream(self.runs.redis, task_id, int(meta.get("first") or 0)),
+            stop=lambda reason: self._stop(task_id, reason),
             started_at=float(meta.get("created_at") or time.time()),
         )
 
@@ -99,6 +106,9 @@ class RemoteRuns(Runs):
     def resume_form(self, app: App, form: FormRecord) -> None:
         task_id = self.runs.task_for_run(form.workflow_run_id)
         verdict = self.runs.reopen(task_id, form.token) if task_id else "unknown"
+        if verdict == "unknown":
+            # It waited longer than Redis keeps its keys: the store still has it.
+            task_id, verdict = self._revive(app, form)
         if verdict == "queued":
             meta = self.runs.meta(str(task_id))
             self.celery.send_task(
@@ -107,8 +117,41 @@ class RemoteRuns(Runs):
                 queue=self.settings.queue,
             )
         elif verdict in ("unknown", "finished"):
-            # Its Redis keys are gone (it waited longer than they are kept) or it ended.
-            log.warning("the run of form %s is not in the broker (%s)", form.id, verdict)
+            log.warning("the run of form %s has ended (%s)", form.id, verdict)
+
+    def _revive(self, app: App, form: FormRecord) -> tuple[str | None, str]:
+        """The run of `form` written to Redis again from its checkpoint (its task
+        and run ids, request, identity, the position its stream goes on from),
+        named with the form and `queued`; 'unknown' when it has no checkpoint (it
+        ended). Known after all (another process revived it): reopened as usual."""
+        store = self.launcher.store
+        if store.checkpoint(form.workflow_run_id) is None:
+            return None, "unknown"
+        snapshot, found = cp.read(store, form.workflow_run_id)
+        info = snapshot.run.info()
+        request = RunRequest(
+            app_stem=app.stem,
+            inputs={},  # a resumed run's inputs come from its checkpoint
+            user=info.user_id,
+            query=snapshot.query,
+            conversation_id=info.conversation_id,
+            root=snapshot.root,
+            task_id=info.task_id,
+            workflow_run_id=info.workflow_run_id,
+        )
+        fields = {
+            **_meta(app, request, snapshot.started_at),
+            "info": json.dumps(info_dict(info)),
+            "state": "queued",
+            "attempts": "0",
+            "seq": str(found.position),
+            "first": str(found.position),
+            "form": form.token,
+        }
+        if self.runs.revive(info.task_id, info.workflow_run_id, fields):
+            log.warning("the run of form %s was written to the broker again", form.id)
+            return info.task_id, "queued"
+        return info.task_id, self.runs.reopen(info.task_id, form.token)
 
     def claim_tick(self, key: str) -> bool:
         """The first API process to set the tick's key fires it; every other one
@@ -132,8 +175,16 @@ class RemoteRuns(Runs):
             return False
         if meta.get("state") == "finished":
             return False
-        self.runs.request_stop(task_id, reason)
+        self._stop(task_id, reason)
         return True
+
+    def _stop(self, task_id: str, reason: str) -> None:
+        """The stop flag for the run's holder; a paused run is ended here at once."""
+        stopper = f"{socket.gethostname()}:{os.getpid()}:stop:{uuid.uuid4().hex[:8]}"
+        if self.runs.request_stop(task_id, reason, stopper, self.settings.lease):
+            info = RunInfo(**json.loads(self.runs.meta(task_id)["info"]))
+            sink = EventSink(self.runs, task_id, stopper, lambda: None)
+            human_input.end_paused(self.launcher.store, sink, info, reason)
 
     @property
     def active(self) -> int:
@@ -145,6 +196,19 @@ class RemoteRuns(Runs):
 
     def close(self) -> None:
         self.runs.redis.close()
+
+
+def _meta(app: App, request: RunRequest, created_at: float) -> dict[str, str]:
+    """A queued run's hash in Redis: the request, and whose run it is."""
+    return {
+        "request": json.dumps(request.to_dict(), ensure_ascii=False),
+        "app_stem": app.stem,
+        "app_id": app.workflow.app_id,
+        "user": request.user,
+        "chat": "1" if app.chat else "",
+        "workflow_run_id": request.workflow_run_id,
+        "created_at": f"{created_at:.3f}",
+    }
 
 
 def connect(launcher: Launcher, settings: DistributedSettings) -> RemoteRuns:

@@ -40,6 +40,7 @@ from typing import Any
 
 import redis
 from firstgate.common import metrics
+from firstgate.runtime.execution.events import RunInfo
 from firstgate.serve.errors import ApiError, dump_json
 from firstgate.serve.file_links import FileLinks
 from firstgate.serve.launch import Launcher
@@ -80,12 +81,14 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-# KEYS: run, lease, events, leases; ARGV: owner, kind (e|r|end|pause), payload,
+# KEYS: run, lease, events, leases, stop; ARGV: owner, kind (e|r|end|pause), payload,
 # keep_finished_ms, task, unfinished_ms. `pause` (payload: the form this attempt
-# resumed with, or ''): let the run go; -2 when a newer form is waiting (queued again).
+# resumed with, or ''): let the run go; -2 when a newer form is waiting (queued again);
+# -3 when a stop was asked for (the holder keeps it, to end it as stopped).
 _PUBLISH = """
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return -1 end
 if ARGV[2] == 'pause' then
+  if redis.call('EXISTS', KEYS[5]) == 1 then return -3 end
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[4], ARGV[5])
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
@@ -172,6 +175,31 @@ return 'queued'
 """
 
 
+# KEYS: run, stop, lease, leases; ARGV: reason, unfinished_ms, stopper, lease_ms,
+# deadline_ms, task, channel. The stop flag (and the workers told); a paused run,
+# which no worker holds to hear it, is taken by the stopper to end it (1).
+_STOP = """
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+redis.call('PUBLISH', ARGV[7], ARGV[6])
+if redis.call('HGET', KEYS[1], 'state') ~= 'paused' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'running', 'owner', ARGV[3])
+redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
+redis.call('ZADD', KEYS[4], ARGV[5], ARGV[6])
+return 1
+"""
+
+# KEYS: run, runid; ARGV: unfinished_ms, task, then the hash's fields and values.
+# A run Redis no longer knows (its keys outlived), written again from the store's
+# truth and queued (1); 0 when it is known after all (another process revived it).
+_REVIVE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[1])
+return 1
+"""
+
+
 class RunStore:
     """The Redis side of runs, for API processes and workers alike."""
 
@@ -183,6 +211,8 @@ class RunStore:
         self._renew = client.register_script(_RENEW)
         self._reap = client.register_script(_REAP)
         self._reopen = client.register_script(_REOPEN)
+        self._stop = client.register_script(_STOP)
+        self._revive = client.register_script(_REVIVE)
 
     # ---- queueing (API side)
 
@@ -228,20 +258,39 @@ class RunStore:
         found = self.redis.zrangebyscore(LEASES, "-inf", _ms(time.time()), start=0, num=limit)
         return [t.decode() for t in found]
 
+    def _publish_keys(self, task_id: str) -> list[str]:
+        return [
+            run_key(task_id),
+            lease_key(task_id),
+            events_key(task_id),
+            LEASES,
+            stop_key(task_id),
+        ]
+
     def publish(self, task_id: str, owner: str, kind: str, payload: bytes = b"") -> bool:
         """Append to the run's stream as its holder; False when `owner` holds it no more."""
-        keys = [run_key(task_id), lease_key(task_id), events_key(task_id), LEASES]
+        keys = self._publish_keys(task_id)
         args = [owner, kind, payload, self.keep_finished_ms, task_id, _ms(UNFINISHED_TTL_S)]
         return int(self._publish(keys=keys, args=args)) >= 0
 
     def pause(self, task_id: str, owner: str, resumed_with: str) -> str | None:
         """Let a paused run go as its holder: 'paused' (it waits for its form),
-        'requeue' (a form was closed for it meanwhile: send the task again), None
-        when `owner` holds it no more."""
-        keys = [run_key(task_id), lease_key(task_id), events_key(task_id), LEASES]
+        'requeue' (a form was closed for it meanwhile: send the task again), 'stop'
+        (a stop was asked for: it is still held, to be ended as stopped), None when
+        `owner` holds it no more."""
+        keys = self._publish_keys(task_id)
         args = [owner, "pause", resumed_with, self.keep_finished_ms, task_id]
         found = int(self._publish(keys=keys, args=[*args, _ms(UNFINISHED_TTL_S)]))
-        return {0: "paused", -2: "requeue"}.get(found)
+        return {0: "paused", -2: "requeue", -3: "stop"}.get(found)
+
+    def revive(self, task_id: str, workflow_run_id: str, fields: Mapping[str, str]) -> bool:
+        """Write a run's hash again, `queued` with `fields` (its request, identity and
+        position, from the store), when Redis no longer knows it: True when written
+        (send the task), False when the run is known after all."""
+        ttl = _ms(UNFINISHED_TTL_S)
+        flat = [item for pair in fields.items() for item in pair]
+        keys = [run_key(task_id), run_id_key(workflow_run_id)]
+        return bool(self._revive(keys=keys, args=[ttl, task_id, *flat]))
 
     def reopen(self, task_id: str, form_token: str) -> str:
         """A form of the run was closed: 'queued' (send the task), 'pending' (its
@@ -250,11 +299,14 @@ class RunStore:
 
     # ---- stopping
 
-    def request_stop(self, task_id: str, reason: str) -> None:
-        pipe = self.redis.pipeline()
-        pipe.set(stop_key(task_id), reason, px=_ms(UNFINISHED_TTL_S))
-        pipe.publish(STOP_CHANNEL, task_id)
-        pipe.execute()
+    def request_stop(self, task_id: str, reason: str, stopper: str, lease: float) -> bool:
+        """Ask for the run's stop (its holder, or the worker that takes it later, ends
+        it). True when the run was paused: no worker holds it, and `stopper` now
+        does (with a lease, as a worker's) and must end it as stopped."""
+        keys = [run_key(task_id), stop_key(task_id), lease_key(task_id), LEASES]
+        deadline = _ms(time.time() + lease)
+        args = [reason, _ms(UNFINISHED_TTL_S), stopper, _ms(lease), deadline, task_id]
+        return bool(self._stop(keys=keys, args=[*args, STOP_CHANNEL]))
 
     def stop_reason(self, task_id: str) -> str | None:
         found = self.redis.get(stop_key(task_id))
@@ -304,15 +356,31 @@ class EventSink:
         self.ended = True
 
     def pause(self, resumed_with: str) -> str | None:
-        """The run paused: let it go, its stream left open (`RunStore.pause`)."""
+        """The run paused: let it go, its stream left open (`RunStore.pause`); on
+        'stop' it is still held here, and the stream open for its stopped end."""
         if self.fenced or self.ended:
             return None
-        self.ended = True
         verdict = self.runs.pause(self.task_id, self.owner, resumed_with)
+        self.ended = verdict != "stop"
         if verdict is None:
             self.fenced = True
             self.lost()
         return verdict
+
+
+def info_dict(info: RunInfo) -> dict[str, Any]:
+    """A run's identity as its hash keeps it (`info`)."""
+    return {
+        "task_id": info.task_id,
+        "workflow_run_id": info.workflow_run_id,
+        "workflow_id": info.workflow_id,
+        "app_id": info.app_id,
+        "mode": info.mode,
+        "user_id": info.user_id,
+        "created_at": info.created_at,
+        "conversation_id": info.conversation_id,
+        "message_id": info.message_id,
+    }
 
 
 FILES_SECRET = PREFIX + "files-secret"
@@ -336,9 +404,12 @@ def refusal_event(task_id: str, refused: dict[str, Any]) -> dict[str, Any]:
 class RedisEventStream(EventSource):
     """A run's events read from its Redis stream (any process, any position)."""
 
-    def __init__(self, client: redis.Redis, task_id: str) -> None:
+    def __init__(self, client: redis.Redis, task_id: str, first: int = 0) -> None:
         self.redis = client
         self.task_id = task_id
+        # A run written to Redis again (`RunStore.revive`): its stream starts at the
+        # position it paused at (the earlier events are gone), as `EventStream`'s.
+        self.first = first
         self.key = events_key(task_id)
         self._ended = False
         self.refused: dict[str, Any] | None = None

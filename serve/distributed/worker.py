@@ -39,16 +39,18 @@ import redis
 from celery import Celery
 from firstgate.common import metrics
 from firstgate.locales import t
-from firstgate.runtime import human_input
+from firstgate.runtime import human_input as hi
 from firstgate.runtime.execution.checkpoint import PAUSED, RUNNING, Resolved
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.events import ErrorEvent, RunInfo, WorkflowFailed
+from firstgate.serve import human_input
 from firstgate.serve.apps import App, AppDirectory
 from firstgate.serve.distributed.celery_app import TASK_NAME, make_celery, set_dead_letter_sink
 from firstgate.serve.distributed.run_state import (
     STOP_CHANNEL,
     EventSink,
     RunStore,
+    info_dict,
     share_file_links,
 )
 from firstgate.serve.distributed.settings import DistributedSettings, reachable, redis_client
@@ -124,6 +126,9 @@ class WorkerRuntime:
         self.locale = locale
         self.worker_id = f"{socket.gethostname()}.{uuid.uuid4().hex[:8]}"
         self.held: dict[str, HeldRun] = {}
+        # Runs claimed here and still starting (task -> owner): a turn waiting for
+        # its conversation (an earlier turn in progress) is held all that while.
+        self.opening: dict[str, str] = {}
         self._greenlets: list[gevent.Greenlet] = []
 
     # ---- the task
@@ -165,6 +170,7 @@ class WorkerRuntime:
         sink = EventSink(self.runs, task_id, owner, lost)
         app = self.apps.apps.get(request.app_stem)
         form_token = self.runs.meta(task_id).get("form", "")
+        self.opening[task_id] = owner
         try:
             if app is None:
                 raise not_found("serve.worker.noApp", app=request.app_stem)
@@ -184,7 +190,9 @@ class WorkerRuntime:
             sink.refuse(error)
             sink.end()
             return
-        self.runs.set_field(task_id, "info", json.dumps(_info_dict(run.info)))
+        finally:
+            self.opening.pop(task_id, None)
+        self.runs.set_field(task_id, "info", json.dumps(info_dict(run.info)))
         held = HeldRun(run, owner, sink)
         self.held[task_id] = held
         reason = self.runs.stop_reason(task_id)
@@ -201,7 +209,7 @@ class WorkerRuntime:
         finally:
             self.held.pop(task_id, None)
             if run.status == PAUSED and not sink.ended:
-                self._let_go(sink, request, form_token)
+                self._let_go(sink, request, run, form_token)
             sink.end()
 
     def _answer(self, run_id: str, form_token: str) -> dict[str, Resolved] | None:
@@ -216,15 +224,22 @@ class WorkerRuntime:
             return None
         if form.workflow_run_id != run_id or form.status == FORM_WAITING:
             return None
-        return human_input.resolved_for(form)
+        return hi.resolved_for(form)
 
-    def _let_go(self, sink: EventSink, request: RunRequest, form_token: str) -> None:
+    def _let_go(
+        self, sink: EventSink, request: RunRequest, run: WorkflowRun, form_token: str
+    ) -> None:
         """The run paused: nothing of it stays here; queued again at once when its
-        form was closed while it was pausing."""
-        if sink.pause(form_token) == "requeue":
+        form was closed while it was pausing, ended as stopped when a stop came
+        (too late for the engine to hear it)."""
+        verdict = sink.pause(form_token)
+        if verdict == "requeue":
             self.celery.send_task(
                 TASK_NAME, kwargs={"request": request.to_dict()}, queue=self.settings.queue
             )
+        elif verdict == "stop":
+            reason = self.runs.stop_reason(sink.task_id) or t("serve.stoppedByUser", self.locale)
+            human_input.end_paused(self.launcher.store, sink, run.info, reason)
 
     # ---- ending a run that nobody can finish
 
@@ -327,6 +342,9 @@ class WorkerRuntime:
     def _heartbeat(self) -> None:
         while True:
             gevent.sleep(self.settings.lease / 3)
+            for task_id, owner in list(self.opening.items()):
+                # Refused: another took it over; the run's first publish is fenced.
+                self.runs.renew(task_id, owner, self.settings.lease)
             for task_id, held in list(self.held.items()):
                 if held.sink.ended:
                     continue
@@ -374,20 +392,6 @@ def _forever(loop: Any) -> None:
         except Exception:  # noqa: BLE001 - a bug in a loop must not end the worker's duties
             log.exception("%s failed; starting it again", loop.__name__)
             gevent.sleep(1.0)
-
-
-def _info_dict(info: RunInfo) -> dict[str, Any]:
-    return {
-        "task_id": info.task_id,
-        "workflow_run_id": info.workflow_run_id,
-        "workflow_id": info.workflow_id,
-        "app_id": info.app_id,
-        "mode": info.mode,
-        "user_id": info.user_id,
-        "created_at": info.created_at,
-        "conversation_id": info.conversation_id,
-        "message_id": info.message_id,
-    }
 
 
 def _info_from(meta: Mapping[str, str], request: RunRequest, app: App | None) -> RunInfo:
