@@ -268,7 +268,7 @@ class WorkflowRun:
     ) -> Iterator[ev.Event]:
         """Start nodes that became ready in `frame`: their `node_started` first,
         in order, then each runs (inline ones later, in `_pump`)."""
-        for position, node_id in enumerate(node_ids):
+        for node_id in node_ids:
             if frame.cancel.cancelled:
                 return
             node = frame.graph.nodes[node_id]
@@ -288,29 +288,22 @@ class WorkflowRun:
                 yield from self._start_container(execution)
                 continue
             yield self.report.node_started(execution)
-            rest = [(n, predecessor) for n in node_ids[position + 1 :]]
-            if self._unsafe_start(execution, rest):
+            if self._unsafe_start(execution):
                 return
             if node.spec.inline and node.retries == 0:
                 self._inline.append(execution)
             else:
                 self._submit(execution)
 
-    def _unsafe_start(self, execution: Execution, rest: list[tuple[str, str | None]]) -> bool:
+    def _unsafe_start(self, execution: Execution) -> bool:
         """A node unsafe to repeat (in any frame: a container's rounds are resumed,
         not run again) starts only once the store knows it is in flight (so a
-        resumed run fails it rather than run it again); `rest`: the nodes made
-        ready with it, not started yet. True when that could not be written
-        (the run is failing)."""
+        resumed run fails it rather than run it again); True when that could
+        not be written (the run is failing)."""
         node = execution.node
         if self._durability is cp.Durability.END or node.spec.repeatable(node.data):
             return False
-        execution.frame.starting = rest
-        try:
-            written = self._write()
-        finally:
-            execution.frame.starting = []
-        if written:
+        if self._write():
             return False
         self._in_flight.pop(execution.id, None)
         execution.frame.active -= 1
@@ -872,7 +865,7 @@ def _frame_state(
         "scheduler": frame.scheduler.saved(),
         "streamer": frame.streamer.saved() if frame.streamer is not None else None,
         "chunk_target": dict(frame.chunk_target),
-        "ready": [{"node_id": n, "predecessor": p} for n, p in [*ready, *frame.starting]],
+        "ready": [{"node_id": n, "predecessor": p} for n, p in ready],
         "running": [_execution_state(e) for e in executions if e.container is None],
         "paused": [
             {

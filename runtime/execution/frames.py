@@ -50,9 +50,6 @@ class Frame:
     error: BaseException | None = None  # the failure that ends this round
     broke: bool = False  # a node asked the loop to end after this round
     chunk_target: dict[str, str | None] = field(default_factory=dict)  # node -> its route
-    # Nodes made ready and not started yet, while they start (node, predecessor):
-    # a checkpoint taken meanwhile (before a node unsafe to repeat) keeps them.
-    starting: list[tuple[str, str | None]] = field(default_factory=list)
 
     @classmethod
     def open(

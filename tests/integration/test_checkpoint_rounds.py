@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -82,9 +83,12 @@ def assign(node_id: str, parent: str, target: list[str], operation: str, value: 
     return node(node_id, "assigner", parent, version="2", items=[item])
 
 
-def loop_doc(log: Path, release: Path, rounds: int = 5, wait_at: int = 2, **work: Any) -> dict:
-    """start -> lp (n from 0, `rounds` rounds: w (logs `w:<n>`, waits for `release`
-    in round `wait_at`) -> inc (n += 1)) -> end (n, rounds)."""
+def loop_doc(
+    log: Path, release: Path, rounds: int = 5, wait_at: int = 2, pre: bool = False, **work: Any
+) -> dict[str, Any]:
+    """start -> lp (n from 0, `rounds` rounds: [pre (a template) ->] w (logs
+    `w:<n>`, waits for `release` in round `wait_at`) -> inc (n += 1)) -> end (n,
+    rounds)."""
     wait = {"tag": ["lp", "n"], "wait_at": str(wait_at), "wait_file": str(release), **work}
     nodes = [
         node(
@@ -108,6 +112,9 @@ def loop_doc(log: Path, release: Path, rounds: int = 5, wait_at: int = 2, **work
         ),
     ]
     edges = [edge("start", "lp"), edge("lpstart", "w"), edge("w", "inc"), edge("lp", "end")]
+    if pre:  # w is not the round's first node: it starts after the round's checkpoint
+        nodes.append(node("pre", "template-transform", "lp", template="-", variables=[]))
+        edges[1:2] = [edge("lpstart", "pre"), edge("pre", "w")]
     return app(nodes, edges)
 
 
@@ -181,7 +188,7 @@ def killed_when(
         assert process.stdout is not None
         seen.append(json.loads(process.stdout.readline()))  # workflow_started: the run id
         run_id = seen[0]["workflow_run_id"]
-        for _ in range(6000):
+        for _ in range(3000):
             if ready(stored(location, run_id)):
                 break
             time.sleep(0.01)
@@ -311,7 +318,7 @@ def test_a_killed_iteration_runs_none_of_its_finished_rounds_again(
 def test_an_unsafe_node_in_a_round_in_flight_fails_the_resumed_run(tmp_path: Path) -> None:
     location = str(tmp_path / "state.db")
     log, release = tmp_path / "ran.log", tmp_path / "go"
-    doc = write_doc(tmp_path, loop_doc(log, release, repeatable=False))
+    doc = write_doc(tmp_path, loop_doc(log, release, pre=True, repeatable=False))
 
     def round_2_unsafe_in_flight(head: dict[str, Any] | None) -> bool:
         lp = container(head, "lp")
@@ -572,3 +579,111 @@ def test_a_version_1_snapshot_is_migrated_its_containers_run_from_their_first_ro
         assert resumed[-1].outputs == {"n": 5, "rounds": 5}
         assert not any(isinstance(e, ev.ContainerStarted) for e in resumed)
         assert ran(log) == Counter({"w:2": 1, "w:3": 1, "w:4": 1})
+
+
+# ---- a round that is ending when the checkpoint is taken
+
+
+def snapshot_at(
+    doc: dict[str, Any], gate: str, when: Callable[[ev.Event], bool]
+) -> tuple[Any, cp.Snapshot]:
+    """Run `doc` in this process until `when(event)`, take the run's snapshot at
+    that boundary, and drop the run (its gate closed: what waits on it is cut)."""
+    pausing_node.GATES.setdefault(gate, threading.Event()).clear()
+    workflow = load_workflow(doc)
+    with RunResources.open(clients=object()) as resources:  # type: ignore[arg-type]
+        run = workflow.run({"q": "a"}, RunOptions(), resources)
+        for event in run:
+            if when(event):
+                break
+        snapshot = run.snapshot()
+        run.close()
+    return workflow, cp.load(snapshot.model_dump_json())
+
+
+def resumed_outputs(workflow: Any, snapshot: cp.Snapshot, gate: str) -> list[ev.Event]:
+    pausing_node.GATES[gate].set()
+    with RunResources.open(clients=object()) as resources:  # type: ignore[arg-type]
+        return list(workflow.resume(snapshot, RunOptions(), resources))
+
+
+def test_a_loop_round_that_broke_ends_the_loop_after_it_on_resume() -> None:
+    """Round 0 reaches its loop-end while w (the round's other branch) still works:
+    the checkpoint keeps that the round broke; resumed, the loop ends after it."""
+    nodes = [
+        node(
+            "lp",
+            "loop",
+            loop_count=5,
+            loop_variables=[number("n")],
+            start_node_id="lpstart",
+            logical_operator="and",
+        ),
+        node("lpstart", "loop-start", "lp"),
+        node("w", "test-work", "lp", gate="gb", tag=["lp", "n"], wait_at="0"),
+        node("stop", "loop-end", "lp"),
+        node("end", "end", outputs=[{"variable": "r", "value_selector": ["lp", "loop_round"]}]),
+    ]
+    edges = [
+        edge("start", "lp"),
+        edge("lpstart", "w"),
+        edge("lpstart", "stop"),
+        edge("lp", "end"),
+    ]
+    doc = app(nodes, edges)
+
+    def stopped(event: ev.Event) -> bool:
+        return isinstance(event, ev.NodeSucceeded) and event.node_id == "stop"
+
+    workflow, snapshot = snapshot_at(doc, "gb", stopped)
+    (frame,) = snapshot.frame.containers[0].frames
+    assert frame.broke and [r.node_id for r in frame.running] == ["w"]
+    events = resumed_outputs(workflow, snapshot, "gb")
+    assert events[-1].outputs == {"r": 1}
+    assert not [e for e in events if isinstance(e, ev.ContainerNext)]
+
+
+def test_an_iteration_round_that_failed_stays_failed_on_resume() -> None:
+    """Round a's bad node failed while its w still works (continue-on-error, two
+    rounds at once): a checkpoint taken as round b goes on keeps round a's
+    failure; resumed, item a's output is None."""
+    nodes = [
+        node(
+            "it",
+            "iteration",
+            iterator_selector=["conversation", "items"],
+            output_selector=["w", "output"],
+            start_node_id="itstart",
+            error_handle_mode="continue-on-error",
+            flatten_output=False,
+            is_parallel=True,
+            parallel_nums=2,
+        ),
+        node("itstart", "iteration-start", "it"),
+        node("w", "test-work", "it", gate="ge", tag=["it", "item"], wait_at="a"),
+        node(
+            "bad",
+            "template-transform",
+            "it",
+            template="{% if x == 'a' %}{{ 1 // 0 }}{% endif %}",
+            variables=[{"variable": "x", "value_selector": ["it", "item"]}],
+        ),
+        node("end", "end", outputs=[{"variable": "out", "value_selector": ["it", "output"]}]),
+    ]
+    edges = [
+        edge("start", "it"),
+        edge("itstart", "w"),
+        edge("itstart", "bad"),
+        edge("it", "end"),
+    ]
+    doc = app(nodes, edges, ["a", "b"])
+
+    def b_went_on(event: ev.Event) -> bool:
+        return isinstance(event, ev.NodeSucceeded) and event.node_id == "bad"  # round b's
+
+    workflow, snapshot = snapshot_at(doc, "ge", b_went_on)
+    frame = snapshot.frame.containers[0].frames[0]
+    assert frame.index == 0
+    assert frame.error is not None and "division" in frame.error
+    events = resumed_outputs(workflow, snapshot, "ge")
+    assert events[-1].outputs == {"out": [None, "w"]}
