@@ -31,6 +31,7 @@ from firstgate.store import open_store
 
 from tests.fakes import pausing_node
 from tests.integration.test_checkpoints import ROOT, child, names, write_doc
+from tests.integration.test_cli import firstgate
 from tests.postgres_support import postgres_server, postgres_url  # noqa: F401 - fixtures
 
 
@@ -119,11 +120,18 @@ def loop_doc(
 
 
 def iteration_doc(
-    log: Path, release: Path, items: list[str], wait_at: str, width: int = 1
+    log: Path,
+    release: Path,
+    items: list[str],
+    wait_at: str,
+    width: int = 1,
+    work: dict[str, Any] | None = None,
+    **data: Any,
 ) -> dict[str, Any]:
     """start -> it (over `items`, `width` rounds at once: w (logs `w:<item>`, waits
-    for `release` at item `wait_at`) -> say (`<item>!`)) -> end (the outputs)."""
-    wait = {"tag": ["it", "item"], "wait_at": wait_at, "wait_file": str(release)}
+    for `release` at item `wait_at`; `work`: more of its data) -> say (`<item>!`))
+    -> end (the outputs)."""
+    wait = {"tag": ["it", "item"], "wait_at": wait_at, "wait_file": str(release), **(work or {})}
     nodes = [
         node(
             "it",
@@ -133,6 +141,7 @@ def iteration_doc(
             start_node_id="itstart",
             is_parallel=width > 1,
             parallel_nums=width,
+            **data,
         ),
         node("itstart", "iteration-start", "it"),
         node("w", "test-work", "it", log=str(log), **wait),
@@ -163,7 +172,7 @@ def stored(location: str, run_id: str) -> dict[str, Any] | None:
     return json.loads(record.snapshot) if record is not None else None
 
 
-def container(head: dict[str, Any] | None, node_id: str) -> dict[str, Any] | None:
+def container_of(head: dict[str, Any] | None, node_id: str) -> dict[str, Any] | None:
     if head is None:
         return None
     found = [c for c in head["frame"]["containers"] if c["execution"]["node_id"] == node_id]
@@ -171,11 +180,12 @@ def container(head: dict[str, Any] | None, node_id: str) -> dict[str, Any] | Non
 
 
 def killed_when(
-    location: str, doc: str, ready: Callable[[dict[str, Any] | None], bool]
+    location: str, doc: str, ready: Callable[[dict[str, Any] | None], bool], **durability: str
 ) -> list[dict[str, Any]]:
-    """Run `doc` in a child process (per-node durability) and SIGKILL it once its
-    stored checkpoint is `ready`; the events it sent."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CHECKPOINT_DURABILITY": "node"}
+    """Run `doc` in a child process (per-node durability unless `durability` says
+    otherwise: CHECKPOINT_* variables) and SIGKILL it once its stored checkpoint
+    is `ready`; the events it sent."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CHECKPOINT_DURABILITY": "node", **durability}
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.checkpoint_child", "run", location, doc, '{"q": "a"}'],
         cwd=ROOT,
@@ -239,7 +249,7 @@ def test_a_killed_loop_goes_on_from_its_first_unfinished_round(
     doc = write_doc(tmp_path, doc_data)
 
     def round_2_at_work(head: dict[str, Any] | None) -> bool:
-        lp = container(head, "lp")
+        lp = container_of(head, "lp")
         return (
             lp is not None
             and lp["progress"] is not None
@@ -249,7 +259,7 @@ def test_a_killed_loop_goes_on_from_its_first_unfinished_round(
 
     first = killed_when(location, doc, round_2_at_work)
     run_id = first[0]["workflow_run_id"]
-    lp = container(stored(location, run_id), "lp")
+    lp = container_of(stored(location, run_id), "lp")
     assert lp is not None and [f["index"] for f in lp["frames"]] == [2]
     assert lp["variables"] == {"n": 2} and lp["progress"]["values"] == {"n": 2}
     release.write_text("", encoding="utf-8")
@@ -285,7 +295,7 @@ def test_a_killed_iteration_runs_none_of_its_finished_rounds_again(
     done = [0, 1] if width == 1 else [0, 1, 3, 4]
 
     def c_in_flight(head: dict[str, Any] | None) -> bool:
-        it = container(head, "it")
+        it = container_of(head, "it")
         return (
             it is not None
             and it["progress"] is not None
@@ -295,7 +305,7 @@ def test_a_killed_iteration_runs_none_of_its_finished_rounds_again(
 
     first = killed_when(location, doc, c_in_flight)
     run_id = first[0]["workflow_run_id"]
-    it = container(stored(location, run_id), "it")
+    it = container_of(stored(location, run_id), "it")
     assert it is not None and [f["index"] for f in it["frames"]] == [2]
     release.write_text("", encoding="utf-8")
     code, second = child("resume", location, doc, run_id, "{}")
@@ -315,20 +325,36 @@ def test_a_killed_iteration_runs_none_of_its_finished_rounds_again(
     assert out == uninterrupted(doc_data) == {"out": ["a!", "b!", "c!", "d!", "e!"]}
 
 
-def test_an_unsafe_node_in_a_round_in_flight_fails_the_resumed_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("container", ["loop", "iteration"])
+def test_an_unsafe_node_in_a_round_in_flight_fails_the_resumed_run(
+    tmp_path: Path, container: str
+) -> None:
+    """Batched with a period longer than the test: the only checkpoints are the
+    ones written before each start of w (unsafe to repeat), in every round. The
+    iteration goes on past a failed round (continue-on-error): the run fails all
+    the same, it does not repeat w nor leave its item out."""
     location = str(tmp_path / "state.db")
     log, release = tmp_path / "ran.log", tmp_path / "go"
-    doc = write_doc(tmp_path, loop_doc(log, release, pre=True, repeatable=False))
+    if container == "loop":
+        doc_data, kind, at = loop_doc(log, release, pre=True, repeatable=False), "lp", "w:2"
+    else:
+        unsafe = {"repeatable": False}
+        doc_data = iteration_doc(
+            log, release, ["0", "1", "2", "3"], "2", work=unsafe,
+            error_handle_mode="continue-on-error",
+        )  # fmt: skip
+        kind, at = "it", "w:2"
+    doc = write_doc(tmp_path, doc_data)
 
     def round_2_unsafe_in_flight(head: dict[str, Any] | None) -> bool:
-        lp = container(head, "lp")
-        if lp is None or "w:2" not in ran(log):
+        found = container_of(head, kind)
+        if found is None or at not in ran(log):
             return False
-        return any(
-            r["node_id"] == "w" for f in lp["frames"] if f["index"] == 2 for r in f["running"]
-        )
+        frames = [f for f in found["frames"] if f["index"] == 2]
+        return any(r["node_id"] == "w" for f in frames for r in f["running"])
 
-    first = killed_when(location, doc, round_2_unsafe_in_flight)
+    batched = {"CHECKPOINT_DURABILITY": "batched", "CHECKPOINT_BATCH_MS": "600000"}
+    first = killed_when(location, doc, round_2_unsafe_in_flight, **batched)
     run_id = first[0]["workflow_run_id"]
     release.write_text("", encoding="utf-8")
     code, second = child("resume", location, doc, run_id, "{}")
@@ -336,7 +362,7 @@ def test_an_unsafe_node_in_a_round_in_flight_fails_the_resumed_run(tmp_path: Pat
     assert ran(log) == Counter({"w:0": 1, "w:1": 1, "w:2": 1})  # never twice
     failed = next(e for e in second if e["event"] == "node_finished")
     assert failed["data"]["node_id"] == "w" and failed["data"]["status"] == "failed"
-    assert round_of(failed, "loop") == 2
+    assert round_of(failed, "loop" if container == "loop" else "iteration") == 2
     assert "unsafe to run twice" in failed["data"]["error"]
     assert second[-1]["event"] == "workflow_finished"
     assert second[-1]["data"]["status"] == "failed"
@@ -408,7 +434,7 @@ def test_a_pause_inside_a_loop_round_resumes_that_round_then_the_rest(
         assert store.run(run_id).status == "paused"
     finally:
         store.close()
-    lp = container(stored(location, run_id), "lp")
+    lp = container_of(stored(location, run_id), "lp")
     assert lp is not None and lp["progress"]["rounds"] == 1
     (frame,) = lp["frames"]
     assert frame["index"] == 1 and [p["execution"]["node_id"] for p in frame["paused"]] == ["ask"]
@@ -687,3 +713,178 @@ def test_an_iteration_round_that_failed_stays_failed_on_resume() -> None:
     assert frame.error is not None and "division" in frame.error
     events = resumed_outputs(workflow, snapshot, "ge")
     assert events[-1].outputs == {"out": [None, "w"]}
+
+
+def test_a_loop_checkpointed_between_rounds_starts_the_next_one_with_its_variables(
+    tmp_path: Path,
+) -> None:
+    """A snapshot as round 3 is announced (rounds 0-2 finished, none in flight):
+    resumed, the loop announces round 3 again with the variables round 2 left,
+    runs rounds 3 and 4 only, and reports every round's variables."""
+    log, release = tmp_path / "ran.log", tmp_path / "go"
+    workflow = load_workflow(loop_doc(log, release, wait_at=-1))
+    with RunResources.open(clients=object()) as resources:  # type: ignore[arg-type]
+        run = workflow.run({"q": "a"}, RunOptions(), resources)
+        for event in run:
+            if isinstance(event, ev.ContainerNext) and event.index == 3:
+                break
+        snapshot = cp.load(run.snapshot().model_dump_json())
+        run.close()
+        (lp,) = snapshot.frame.containers
+        assert lp.frames == [] and lp.progress is not None and lp.progress["rounds"] == 3
+        log.unlink()
+        events = list(workflow.resume(snapshot, RunOptions(), resources))
+    nexts = [e for e in events if isinstance(e, ev.ContainerNext)]
+    assert [e.index for e in nexts] == [3, 4]
+    assert nexts[0].previous_output == {"n": 3}
+    assert ran(log) == Counter({"w:3": 1, "w:4": 1})
+    completed = next(e for e in events if isinstance(e, ev.ContainerCompleted))
+    by_round = completed.execution_metadata["loop_variable_map"]
+    assert by_round == {str(i): {"n": i + 1} for i in range(5)}
+    assert events[-1].outputs == {"n": 5, "rounds": 5}
+
+
+# ---- a real human-input form inside a loop round, across processes
+
+
+def form_loop_doc() -> dict[str, Any]:
+    """start -> lp (3 rounds; n from 0, said ""): check: in round 1 review (a
+    human-input form: a paragraph `note`, action `ok`) -ok-> keep (said = the
+    note) -> inc; otherwise inc (n += 1)) -> end (n, said, rounds)."""
+    condition = {"variable_selector": ["lp", "n"], "comparison_operator": "=", "value": "1"}
+    said = {"label": "said", "var_type": "string", "value_type": "constant", "value": ""}
+    review = node(
+        "review",
+        "human-input",
+        "lp",
+        form_content="Round {{#lp.n#}}: {{#$output.note#}}",
+        inputs=[
+            {
+                "type": "paragraph",
+                "output_variable_name": "note",
+                "default": {"type": "constant", "selector": [], "value": ""},
+            }
+        ],
+        user_actions=[{"id": "ok", "title": "OK", "button_style": "primary"}],
+        delivery_methods=[{"id": "d1", "type": "webapp", "enabled": True, "config": {}}],
+        timeout=1,
+        timeout_unit="day",
+    )
+    nodes = [
+        node(
+            "lp",
+            "loop",
+            loop_count=3,
+            loop_variables=[number("n"), said],
+            start_node_id="lpstart",
+            logical_operator="and",
+        ),
+        node("lpstart", "loop-start", "lp"),
+        node("check", "if-else", "lp", cases=[{"case_id": "ask", "conditions": [condition]}]),
+        review,
+        assign("keep", "lp", ["lp", "said"], "over-write", ["review", "note"]),
+        assign("inc", "lp", ["lp", "n"], "+=", 1),
+        node(
+            "end",
+            "end",
+            outputs=[
+                {"variable": "n", "value_selector": ["lp", "n"]},
+                {"variable": "said", "value_selector": ["lp", "said"]},
+                {"variable": "rounds", "value_selector": ["lp", "loop_round"]},
+            ],
+        ),
+    ]
+    edges = [
+        edge("start", "lp"),
+        edge("lpstart", "check"),
+        edge("check", "review", "ask"),
+        edge("review", "keep", "ok"),
+        edge("keep", "inc"),
+        edge("check", "inc", "false"),
+        edge("lp", "end"),
+    ]
+    return app(nodes, edges)
+
+
+def test_a_human_input_form_inside_a_loop_round_pauses_and_resumes_in_another_process(
+    tmp_path: Path, location: str
+) -> None:
+    doc = write_doc(tmp_path, form_loop_doc(), "app.yml")
+    paused = firstgate("run", doc, "--input", "q=a", "--state", location, "--json")
+    assert paused.returncode == 3, paused.stderr  # paused
+    first = [json.loads(line) for line in paused.stdout.splitlines() if line.startswith("{")]
+    assert names(first)[-2:] == ["human_input_required", "workflow_paused"]
+    assert first[-1]["data"]["paused_nodes"] == ["review"]
+    required = first[-2]["data"]
+    assert required["node_id"] == "review" and "Round 1" in required["form_content"]
+    token = required["form_token"]
+    resumed = firstgate(
+        "resume", token, "--action", "ok", "--input", "note=looks fine",
+        "--state", location, "--json",
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    second = [json.loads(line) for line in resumed.stdout.splitlines() if line.startswith("{")]
+    assert names(second)[:2] == ["workflow_started", "human_input_form_filled"]
+    assert "loop_started" not in names(second)
+    assert finished(second, "review", "loop") == [1]
+    assert finished(second, "check", "loop") == [2]  # rounds 0 and 1 checked before
+    assert finished(second, "inc", "loop") == [1, 2]
+    assert second[-1]["data"]["status"] == "succeeded"
+    assert second[-1]["data"]["outputs"] == {"n": 3, "said": "looks fine", "rounds": 3}
+
+
+def test_a_pause_inside_an_iteration_inside_a_loop_resumes_both_levels() -> None:
+    """lp (2 rounds) holds it (the asking iteration): each loop round pauses at
+    item b; each resume goes on inside the iteration's round, then the loop's."""
+    inner = asking_iteration_doc(1)["workflow"]["graph"]
+    nodes = [n for n in inner["nodes"] if n["id"] not in ("start", "end")]
+    for found in nodes:
+        found.setdefault("parentId", "lp")
+        if found["id"] != "it":
+            found["parentId"] = "it"
+    nodes += [
+        node(
+            "lp",
+            "loop",
+            loop_count=2,
+            loop_variables=[number("n")],
+            start_node_id="lpstart",
+            logical_operator="and",
+        ),
+        node("lpstart", "loop-start", "lp"),
+        assign("inc", "lp", ["lp", "n"], "+=", 1),
+        node(
+            "end",
+            "end",
+            outputs=[{"variable": "n", "value_selector": ["lp", "n"]}],
+        ),
+    ]
+    edges = [e for e in inner["edges"] if e["source"] not in ("start", "it")]
+    edges += [
+        edge("start", "lp"),
+        edge("lpstart", "it"),
+        edge("it", "inc"),
+        edge("lp", "end"),
+    ]
+    workflow = load_workflow(app(nodes, edges, ["a", "b", "c"]))
+    with RunResources.open(clients=object()) as resources:  # type: ignore[arg-type]
+        run = workflow.run({"q": "a"}, RunOptions(), resources)
+        list(run)
+        answers = []
+        for answer in ("first", "second"):
+            assert run.status == "paused" and run.checkpoint is not None
+            (lp,) = run.checkpoint.frame.containers
+            (loop_round,) = lp.frames
+            (it,) = loop_round.containers
+            assert loop_round.index == len(answers) and [f.index for f in it.frames] == [1]
+            snapshot = cp.load(run.checkpoint.model_dump_json())
+            resolved = {"ask": cp.Resolved({"answer": answer}, "yes")}
+            run = workflow.resume(snapshot, RunOptions(), resources, resolved=resolved)
+            events = list(run)
+            answers.append(answer)
+    assert run.status == "succeeded"
+    assert events[-1].outputs == {"n": 2}
+    (it_done,) = [e for e in events if isinstance(e, ev.ContainerCompleted) and e.node_id == "it"]
+    assert it_done.outputs == {"output": ["a", "b:second", "c"]}
+    said = [e for e in events if isinstance(e, ev.NodeSucceeded) and e.node_id == "say"]
+    assert [e.outputs for e in said] == [{"output": "b:second"}]
