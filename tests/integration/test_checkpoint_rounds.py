@@ -888,3 +888,50 @@ def test_a_pause_inside_an_iteration_inside_a_loop_resumes_both_levels() -> None
     assert it_done.outputs == {"output": ["a", "b:second", "c"]}
     said = [e for e in events if isinstance(e, ev.NodeSucceeded) and e.node_id == "say"]
     assert [e.outputs for e in said] == [{"output": "b:second"}]
+
+
+def test_an_iteration_checkpointed_while_it_stops_runs_again_from_its_first_round() -> None:
+    """Round a failed (terminated): the iteration stops, cancelling round b. A
+    snapshot taken meanwhile keeps nothing of its rounds (`progress` None): the
+    resumed run starts it again, and it fails again the same way, it does not
+    go on as if round a had finished."""
+    nodes = [
+        node(
+            "it",
+            "iteration",
+            iterator_selector=["conversation", "items"],
+            output_selector=["w", "output"],
+            start_node_id="itstart",
+            is_parallel=True,
+            parallel_nums=2,
+        ),
+        node("itstart", "iteration-start", "it"),
+        node("w", "test-work", "it", gate="gs", tag=["it", "item"], wait_at="b"),
+        node(
+            "bad",
+            "template-transform",
+            "it",
+            template="{% if x == 'a' %}{{ 1 // 0 }}{% endif %}",
+            variables=[{"variable": "x", "value_selector": ["it", "item"]}],
+        ),
+        node("end", "end", outputs=[{"variable": "out", "value_selector": ["it", "output"]}]),
+    ]
+    edges = [
+        edge("start", "it"),
+        edge("itstart", "bad"),
+        edge("itstart", "w"),
+        edge("it", "end"),
+    ]
+    doc = app(nodes, edges, ["a", "b", "c"])
+
+    def b_cut(event: ev.Event) -> bool:  # round b's w, cancelled as the iteration stops
+        if not isinstance(event, ev.NodeFinished) or event.node_id != "w":
+            return False
+        return event.container is not None and event.container.index == 1
+
+    workflow, snapshot = snapshot_at(doc, "gs", b_cut)
+    (it,) = snapshot.frame.containers
+    assert it.progress is None and it.frames == []
+    events = resumed_outputs(workflow, snapshot, "gs")
+    assert any(isinstance(e, ev.ContainerStarted) for e in events)
+    assert events[-1].status == "failed" and "division" in str(events[-1].error)
