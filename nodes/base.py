@@ -5,7 +5,7 @@ Nodes see only these types: the engine satisfies them, so nodes never import it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -279,9 +279,10 @@ class ContainerRun(Protocol):
 
     The engine calls `first` once, `after` when each round ends, and `result`
     when no round runs and none was asked for (it raises for a failed
-    container). `variables` are values under the container's id for all its
-    rounds (a loop's variables, which its nodes may write; `variable_types`
-    says their declared types)."""
+    container); a run resumed from a checkpoint calls `resumed` instead of
+    `first`, with what `saved` gave. `variables` are values under the
+    container's id for all its rounds (a loop's variables, which its nodes may
+    write; `variable_types` says their declared types)."""
 
     inputs: Mapping[str, Any]  # the `*_started` event's inputs
     metadata: Mapping[str, Any]  # the `*_started` event's metadata
@@ -289,12 +290,24 @@ class ContainerRun(Protocol):
     variable_types: Mapping[str, str]
     # The `*_completed` event's execution metadata so far (durations by round, ...).
     details: Mapping[str, Any]
+    # Whether its rounds run several at once (a parallel iteration): a pause
+    # inside such a round is refused (several rounds would wait on one node).
+    parallel: bool
 
     def first(self, variables: VariableReader) -> Rounds: ...
 
     def after(self, done: RoundDone) -> Rounds: ...
 
     def result(self) -> NodeResult: ...
+
+    def saved(self) -> dict[str, Any]:
+        """What its finished rounds made (for a checkpoint): `resumed` takes it back."""
+        ...
+
+    def resumed(self, saved: Mapping[str, Any], running: Collection[int]) -> Rounds:
+        """Go on from `saved()` (in another process): `running` are the rounds
+        still in flight (the engine resumes them); the rounds to start now."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

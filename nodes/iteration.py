@@ -15,6 +15,8 @@ The engine drives the rounds (`ContainerRun`); this module only decides.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any, Literal
 
 from firstgate.common.dsl import between
@@ -83,7 +85,9 @@ class _Iteration:
         self._data = data
         self._items = items
         self._width = data.parallel_nums if data.is_parallel else 1
-        self._next = 0
+        self.parallel = self._width > 1
+        self._pending = deque(range(len(items)))  # the rounds not started yet, in order
+        self._done: set[int] = set()  # finished rounds (parallel ones finish out of order)
         self._outputs: dict[int, Any] = {}
         self._error: BaseException | None = None
         self.inputs = {"iterator_selector": items}
@@ -94,19 +98,34 @@ class _Iteration:
         self.details = {"iteration_duration_map": self._durations}
 
     def _take(self, count: int, previous: Any = None) -> list[Round]:
-        end = min(len(self._items), self._next + count)
-        rounds = [
-            Round(i, {"item": self._items[i], "index": i}, previous_output=previous)
-            for i in range(self._next, end)
-        ]
-        self._next = end
+        rounds = []
+        while self._pending and len(rounds) < count:
+            i = self._pending.popleft()
+            rounds.append(Round(i, {"item": self._items[i], "index": i}, previous_output=previous))
         return rounds
 
     def first(self, variables: VariableReader) -> Rounds:
         return Rounds(self._take(self._width))
 
+    def saved(self) -> dict[str, Any]:
+        return {
+            "done": sorted(self._done),
+            "outputs": [[i, o] for i, o in sorted(self._outputs.items())],
+            "durations": dict(self._durations),
+        }
+
+    def resumed(self, saved: Mapping[str, Any], running: Collection[int]) -> Rounds:
+        self._done = {int(i) for i in saved["done"]}
+        self._outputs = {int(i): o for i, o in saved["outputs"]}
+        self._durations.update({str(k): float(v) for k, v in saved["durations"].items()})
+        skip = self._done | set(running)
+        self._pending = deque(i for i in range(len(self._items)) if i not in skip)
+        previous = self._outputs.get(max(self._done)) if self._done else None
+        return Rounds(self._take(self._width - len(running), previous))
+
     def after(self, done: RoundDone) -> Rounds:
         self._durations[str(done.index)] = done.elapsed
+        self._done.add(done.index)
         output = None
         if done.error is not None:
             if self._data.error_handle_mode == "terminated":

@@ -15,6 +15,7 @@ The engine drives the rounds (`ContainerRun`); this module only decides.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any, Literal
 
 from firstgate.common.dsl import DslModel, between
@@ -130,6 +131,7 @@ class _Loop:
         self._rounds = 0
         self._broke = False
         self._error: BaseException | None = None
+        self.parallel = False  # one round after the other
         self.inputs: dict[str, Any] = {"loop_count": data.loop_count, **values}
         self.metadata = {"loop_length": data.loop_count}
         self.variables = dict(values)
@@ -151,6 +153,30 @@ class _Loop:
             return Rounds()
         return Rounds([Round(0, announced=False)])
 
+    def saved(self) -> dict[str, Any]:
+        return {
+            "values": dict(self._values),
+            "rounds": self._rounds,
+            "broke": self._broke,
+            "durations": dict(self._durations),
+            "by_round": dict(self._by_round),
+        }
+
+    def resumed(self, saved: Mapping[str, Any], running: Collection[int]) -> Rounds:
+        self._values = dict(saved["values"])
+        self._rounds = int(saved["rounds"])
+        self._broke = bool(saved["broke"])
+        self._durations.update({str(k): float(v) for k, v in saved["durations"].items()})
+        self._by_round.update({str(k): dict(v) for k, v in saved["by_round"].items()})
+        if running or self._broke or self._rounds >= self._data.loop_count:
+            return Rounds()  # the round in flight goes on; or the loop is over
+        if self._rounds == 0:
+            return Rounds([Round(0, announced=False)])  # its break conditions held no
+        return self._next()
+
+    def _next(self) -> Rounds:
+        return Rounds([Round(self._rounds, previous_output=dict(self._values))])
+
     def after(self, done: RoundDone) -> Rounds:
         self._rounds = done.index + 1
         self._durations[str(done.index)] = done.elapsed
@@ -166,7 +192,7 @@ class _Loop:
             return Rounds()
         if self._rounds >= self._data.loop_count:
             return Rounds()
-        return Rounds([Round(self._rounds, previous_output=dict(self._values))])
+        return self._next()
 
     def result(self) -> NodeResult:
         if self._error is not None:

@@ -7,7 +7,8 @@ real store, and prints each event with its position as one JSON line.
 
 RESOLVED_JSON maps a paused node id to {"outputs": {...}, "handle": "..."}. A
 refused resume prints {"refused": message} and exits 3. CHECKPOINT_DURABILITY
-(node, batched, end: the default) is the run's durability."""
+(node, batched, end: the default) is the run's durability, CHECKPOINT_BATCH_MS
+(0 unless given) its batch period."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def main(argv: list[str]) -> int:
         workflow = load_workflow(json.load(f))
     store = open_store(location)
     durability = Durability(os.environ.get("CHECKPOINT_DURABILITY", Durability.END.value))
-    options = RunOptions(durability=durability, durability_batch_ms=0)
+    batch_ms = int(os.environ.get("CHECKPOINT_BATCH_MS", "0"))
+    options = RunOptions(durability=durability, durability_batch_ms=batch_ms)
     try:
         with RunResources.open(store=store, clients=_NoModels()) as resources:
             if verb == "run":

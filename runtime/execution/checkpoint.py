@@ -9,7 +9,8 @@ and `sys.*`, the event position, the report's totals (`RunReport.state`), and
 the top graph's frame (`FrameState`): every variable written (node outputs,
 conversation variables pending for the turn), node and edge states, the
 response streams' positions, the node executions in flight, the paused ones,
-and the containers in flight (their round, index and variables).
+and the containers in flight: what their finished rounds made, their variables,
+and their rounds in flight, each a frame of its own (`FrameState`, recursively).
 
 `version` is checked first: a snapshot of a newer firstgate is refused, an older
 one is migrated step by step (`_MIGRATIONS`), never read as if it were current.
@@ -31,7 +32,7 @@ import enum
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ from firstgate.runtime.execution.events import RunInfo
 from firstgate.store.base import CheckpointRecord, NodeExecutionRecord, RunRecord, Store
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 # The batched durability's period: a crash loses at most this much finished work,
 # progress shows this late, and a run shorter than this commits only at its end.
 DEFAULT_BATCH_MS = 200
@@ -208,22 +209,32 @@ class PausedState(_Model):
 
 
 class ContainerState(_Model):
-    """A container in flight: its execution, the rounds it started, the round that
-    was running and the container's variables (a loop's) at that moment. A
-    resumed run runs an in-flight container again from its first round (its
-    rounds are in-flight work: at least once)."""
+    """A container in flight: its execution, the rounds it started, the latest
+    one's index, the container's variables (a loop's, as its rounds left them),
+    the tokens its rounds used, `progress` (what its finished rounds made, as
+    its `ContainerRun.saved()` gave it: a resumed run starts none of them again)
+    and `frames`, its rounds in flight (each a `FrameState` with its index: a
+    resumed run goes on with them where they were). `progress` None: nothing is
+    known of its rounds (a version 1 snapshot, or a container that was
+    stopping): it runs again from its first round."""
 
     execution: ExecutionState
     kind: str
     rounds: int
     round_index: int | None = None
     variables: dict[str, Any] = Field(default_factory=dict)
+    tokens: int = 0
+    progress: dict[str, Any] | None  # required: a v1 snapshot is migrated to None
+    frames: list[FrameState] = Field(default_factory=list)
 
 
 class FrameState(_Model):
-    """The top graph's state: variables by head (node ids, `sys`, `env`,
-    `conversation`), scheduler, response streams, what runs."""
+    """A graph's state: the top graph's, or a container round's (`index`):
+    variables by head (node ids, `sys`, `conversation`; a round's own: its
+    nodes' outputs and its `item`/`index`), scheduler, response streams, what
+    runs, what is paused, the containers in flight."""
 
+    index: int = 0
     values: dict[str, dict[str, Any]]
     scheduler: dict[str, Any]
     streamer: dict[str, Any] | None = None
@@ -232,6 +243,18 @@ class FrameState(_Model):
     running: list[ExecutionState] = Field(default_factory=list)
     paused: list[PausedState] = Field(default_factory=list)
     containers: list[ContainerState] = Field(default_factory=list)
+    error: str | None = None  # a round that failed (its nodes still running end it)
+    broke: bool = False  # a loop's round that asked the loop to end
+
+    def frames(self) -> Iterator[FrameState]:
+        """This frame and every round frame under it."""
+        yield self
+        for container in self.containers:
+            for frame in container.frames:
+                yield from frame.frames()
+
+
+ContainerState.model_rebuild()
 
 
 class RunState(_Model):
@@ -278,14 +301,28 @@ class Snapshot(_Model):
 
     @property
     def status(self) -> str:
-        return PAUSED if self.frame.paused and not self.frame.running else RUNNING
+        frames = list(self.frame.frames())
+        paused = any(f.paused for f in frames)
+        return PAUSED if paused and not any(f.running for f in frames) else RUNNING
 
     def paused_nodes(self) -> list[str]:
-        return [p.execution.node_id for p in self.frame.paused]
+        """The paused nodes, a container round's too (by node id: of a
+        container's rounds, one at a time pauses)."""
+        return [p.execution.node_id for f in self.frame.frames() for p in f.paused]
+
+
+def _containers_from_1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 kept no container's rounds: its containers rerun from the first."""
+    frame = data.get("frame")
+    if isinstance(frame, dict):
+        for container in frame.get("containers") or []:
+            if isinstance(container, dict):
+                container["progress"] = None
+    return {**data, "version": 2}
 
 
 # Older snapshot versions, each migrated to the next (version -> function).
-_MIGRATIONS: dict[int, Any] = {}
+_MIGRATIONS: dict[int, Any] = {1: _containers_from_1}
 
 
 def load(

@@ -129,6 +129,9 @@ class WorkflowRun:
         self._inbox = Inbox(self.report, shared)
         self._workers = WorkerPool(max_workers)
         self._in_flight: dict[str, Execution] = {}  # execution id -> execution
+        # Of those, containers: when nothing else is in flight, their rounds wait
+        # on paused nodes (the run pauses).
+        self._holding = 0
         self._inline: deque[Execution] = deque()  # started, to run on the dispatcher
         # Rounds and containers whose last execution ended, to conclude next
         # (queued, not nested: a thousand short rounds must not nest a thousand calls).
@@ -235,7 +238,7 @@ class WorkflowRun:
             else:
                 yield from self._restart(self._resume)
             yield from self._pump()
-            while self._in_flight and self._going:
+            while len(self._in_flight) > self._holding and self._going:
                 if self._row_behind and self._inbox.empty():
                     self._write(row=True)  # about to wait: the run's progress shows first
                 item = self._next()
@@ -282,12 +285,10 @@ class WorkflowRun:
             frame.active += 1
             self._in_flight[execution.id] = execution
             if node.spec.container is not None:
-                if frame.owner is None and self._unsafe_start(execution):
-                    return
                 yield from self._start_container(execution)
                 continue
             yield self.report.node_started(execution)
-            if frame.owner is None and self._unsafe_start(execution):
+            if self._unsafe_start(execution):
                 return
             if node.spec.inline and node.retries == 0:
                 self._inline.append(execution)
@@ -295,10 +296,12 @@ class WorkflowRun:
                 self._submit(execution)
 
     def _unsafe_start(self, execution: Execution) -> bool:
-        """A node unsafe to repeat starts only once the store knows it is in flight
-        (so a resumed run fails it rather than run it again); True when that
-        could not be written (the run is failing)."""
-        if self._durability is cp.Durability.END or _repeatable(self.graph, execution.node.id):
+        """A node unsafe to repeat (in any frame: a container's rounds are resumed,
+        not run again) starts only once the store knows it is in flight (so a
+        resumed run fails it rather than run it again); True when that could
+        not be written (the run is failing)."""
+        node = execution.node
+        if self._durability is cp.Durability.END or node.spec.repeatable(node.data):
             return False
         if self._write():
             return False
@@ -384,13 +387,15 @@ class WorkflowRun:
         """Dify's order: outputs into the pool, edges resolved, the text that lets
         through, the node's end event, then what it made ready starts."""
         node, frame = execution.node, execution.frame
-        self._in_flight.pop(execution.id, None)
+        if self._in_flight.pop(execution.id, None) is not None and execution.container is not None:
+            self._holding -= 1
         if outcome.status is Status.PAUSED:
             assert outcome.pause is not None
-            if frame.owner is None:
+            if not _in_parallel_round(frame):
                 # Nothing more of it runs now; the run pauses once nothing else does.
                 self._paused.append((execution, outcome.pause))
-                self._left(frame)
+                if frame.owner is None:
+                    self._left(frame)  # a round stays open while its node is paused
                 return
             error = cp.CheckpointError("errors.checkpoint.pauseInContainer", node=node.id)
             outcome = self._failed(execution, error)
@@ -453,6 +458,7 @@ class WorkflowRun:
             yield from self._finish(execution, self._failed(execution, exc))
             return
         container = execution.container = ContainerExecution.open(execution, run, spec.kind)
+        self._holding += 1
         yield self.report.container_started(execution, spec.kind, container)
         yield from self._decide(container, lambda: run.first(container.scope))
 
@@ -481,6 +487,8 @@ class WorkflowRun:
         assert container is not None
         done = container.round_done(frame)
         yield from self._decide(container, lambda: container.run.after(done))
+        if not container.stopping and self._durability is not cp.Durability.END and self._going:
+            self._boundary([], None)  # a finished round is durable as a top-graph node is
 
     def _end_container(self, container: ContainerExecution) -> Iterator[ev.Event]:
         execution = container.execution
@@ -524,6 +532,7 @@ class WorkflowRun:
         for execution in reversed(list(self._in_flight.values())):  # innermost first
             if execution.container is not None:
                 self._in_flight.pop(execution.id, None)
+                self._holding -= 1
                 execution.container.cancel.release()
                 yield self.report.node_ended(execution, Outcome(Status.CANCELLED, 1))
 
@@ -571,46 +580,17 @@ class WorkflowRun:
         that may still change (`sys`, `conversation`): finished nodes' outputs go
         to the store once, as parts (`_save`)."""
         top = self._top
-        running, containers = [], []
+        running: dict[Frame, list[Execution]] = {}
         for execution in self._in_flight.values():
-            if execution.frame is not top:
-                continue  # inside a container in flight: it runs again whole
-            state = _execution_state(execution)
-            container = execution.container
-            if container is None:
-                running.append(state)
-                continue
-            own = container.scope.own(execution.node.id) or {}
-            containers.append(
-                {
-                    "execution": state,
-                    "kind": container.kind,
-                    "rounds": container.rounds,
-                    "round_index": container.rounds - 1 if container.rounds else None,
-                    "variables": cp.encode(own),
-                }
-            )
+            running.setdefault(execution.frame, []).append(execution)
+        paused: dict[Frame, list[tuple[Execution, Pause]]] = {}
+        for execution, pause in self._paused:
+            paused.setdefault(execution.frame, []).append((execution, pause))
         if every_value:
             values = {h: v for h, v in top.scope.layer().items() if h != "env"}
         else:  # env is never stored: a resumed run resolves it again
             values = {h: top.scope.own(h) or {} for h in _CHANGING}
-        frame = {
-            "values": cp.node_values(values),
-            "scheduler": top.scheduler.saved(),
-            "streamer": top.streamer.saved() if top.streamer is not None else None,
-            "chunk_target": dict(top.chunk_target),
-            "ready": [{"node_id": n, "predecessor": p} for n, p in ready],
-            "running": running,
-            "paused": [
-                {
-                    "execution": _execution_state(e),
-                    "payload": cp.encode(p.payload),
-                    "reason": cp.encode(p.reason),
-                }
-                for e, p in self._paused
-            ],
-            "containers": containers,
-        }
+        frame = _frame_state(top, values, running, paused, ready)
         if self._run_state is None:
             self._run_state = {
                 "graph_hash": self.graph_hash,
@@ -634,7 +614,7 @@ class WorkflowRun:
         the last (parts), the node executions not written yet, the run's row."""
         if self._checkpointer is None:
             return
-        status = cp.PAUSED if self._paused and not self._in_flight else cp.RUNNING
+        status = cp.PAUSED if self._paused and len(self._in_flight) == self._holding else cp.RUNNING
         head = self._state(after, ready, every_value=False)
         scope = self._top.scope
         parts = {n: cp.encode(scope.own(n) or {}) for n in self._unwritten}
@@ -682,48 +662,66 @@ class WorkflowRun:
 
     def _restart(self, resume: Resume) -> Iterator[ev.Event]:
         """Go on from `resume`'s checkpoint: the state back in place, what was in
-        flight started again (same execution ids), resolved paused nodes finished."""
+        flight started again (same execution ids), containers' rounds in flight
+        going on, resolved paused nodes finished."""
         snapshot, top = resume.snapshot, self._top
-        state = snapshot.frame
-        values = cp.restored_values(state.values)
+        values = cp.restored_values(snapshot.frame.values)
         values["env"] = dict(self.session.environment)
         top.scope.restore_layer(values)
-        done = [h for h in values if h in top.graph.nodes]  # the nodes with outputs finished
-        top.scheduler.restore(state.scheduler, done)
-        if top.streamer is not None and state.streamer is not None:
-            started = self.graph.start_id in values
-            top.streamer.restore(state.streamer, top.scheduler.taken_edges(), started)
-        top.chunk_target.update(state.chunk_target)
         self.report.restore(cp.decode(snapshot.report))
         if not resume.parts_written:  # a snapshot handed over whole: all of it goes
             self._unwritten = [h for h in values if h in top.graph.nodes]
-        again = cp.executions([*state.running, *(c.execution for c in state.containers)])
-        unsafe = [item for item in again if not _repeatable(top.graph, item.node_id)]
+        started = self.graph.start_id in values
+        yield from self._restore(top, snapshot.frame, resume, started)
+
+    def _restore(
+        self, frame: Frame, state: cp.FrameState, resume: Resume, started: bool
+    ) -> Iterator[ev.Event]:
+        """A frame of the checkpoint (its scope's values already back) goes on:
+        the top graph's or a round's, the same way."""
+        done = [h for h in frame.scope.layer() if h in frame.graph.nodes]  # finished: outputs
+        frame.scheduler.restore(state.scheduler, done)
+        if frame.streamer is not None and state.streamer is not None:
+            frame.streamer.restore(state.streamer, frame.scheduler.taken_edges(), started)
+        frame.chunk_target.update(state.chunk_target)
+        frame.broke = state.broke
+        if state.error is not None:
+            frame.error = RuntimeError(state.error)  # its text, already in the run's language
+        whole = [c for c in state.containers if c.progress is None]  # nothing known of its rounds
+        again = cp.executions([*state.running, *(c.execution for c in whole)])
+        unsafe = [item for item in again if not _repeatable(frame.graph, item.node_id)]
         if unsafe:
             # At least once is not good enough for these: fail instead of repeating.
             for item in unsafe:
                 error = cp.CheckpointError(
                     "errors.checkpoint.unsafeToRepeat", run=self.run_id, node=item.node_id
                 )
-                execution = self._revive(top, item)  # its node_started went out before
+                execution = self._revive(frame, item)  # its node_started went out before
                 yield from self._finish(execution, Outcome(Status.FAILED, 1, error=error))
+                if self._failure is None:  # in a round too: the run fails, not the round
+                    self._failure = (execution.node, error)
+                    self.cancel.cancel(f"node {item.node_id} failed")
             return
         for item in again:
-            top.scheduler.reset(item.node_id)
-            if top.streamer is not None:
-                top.streamer.on_retry(item.node_id)  # its unread text comes again
+            frame.scheduler.reset(item.node_id)
+            if frame.streamer is not None:
+                frame.streamer.on_retry(item.node_id)  # its unread text comes again
         for item in again:
-            yield from self._relaunch(top, item)
+            yield from self._relaunch(frame, item)
+        for container in state.containers:
+            if container.progress is not None:
+                yield from self._resume_container(frame, container, resume)
         for ready in state.ready:
-            yield from self._launch(top, [ready.node_id], ready.predecessor)
+            yield from self._launch(frame, [ready.node_id], ready.predecessor)
         for paused in state.paused:
-            execution = self._revive(top, paused.execution)
+            execution = self._revive(frame, paused.execution)
             answer = resume.resolved.get(paused.execution.node_id)
             if answer is None:
                 payload, reason = cp.decode(paused.payload), cp.decode(paused.reason)
                 self._paused.append((execution, Pause(execution.node.id, payload, reason)))
                 self._in_flight.pop(execution.id, None)
-                self._left(top)
+                if frame.owner is None:
+                    self._left(frame)  # a round stays open while its node is paused
                 continue
             for notice in answer.events:
                 yield self.report.announced(execution, notice)
@@ -737,6 +735,35 @@ class WorkflowRun:
                 process_data=dict(answer.process_data),
             )
             yield from self._finish(execution, outcome)
+
+    def _resume_container(
+        self, frame: Frame, state: cp.ContainerState, resume: Resume
+    ) -> Iterator[ev.Event]:
+        """A container of the checkpoint goes on (its `*_started` went out before):
+        its finished rounds' results back in its `ContainerRun`, its rounds in
+        flight restored as frames, then the rounds it wants next."""
+        execution = self._revive(frame, state.execution)
+        node, spec = execution.node, execution.node.spec.container
+        assert spec is not None and state.progress is not None
+        try:  # its inputs are read again, from the restored scope: the same
+            run = spec.start(node.data, self._inbox.context(execution, 1, on_dispatcher=True))
+        except Exception as exc:  # noqa: BLE001 - reported as the container's failure
+            yield from self._finish(execution, self._failed(execution, exc))
+            return
+        container = execution.container = ContainerExecution.open(execution, run, spec.kind)
+        self._holding += 1
+        container.scope.restore_layer({node.id: cp.decode(state.variables)})
+        container.tokens = state.tokens
+        plan = self._plan(container.graph)
+        for round_state in state.frames:
+            round_frame = container.open_round(Round(round_state.index), plan)
+            round_frame.scope.restore_layer(cp.restored_values(round_state.values))
+            yield from self._restore(round_frame, round_state, resume, True)
+            self._left(round_frame)
+        container.rounds = state.rounds
+        progress = cp.decode(state.progress)
+        in_flight = [f.index for f in state.frames]
+        yield from self._decide(container, lambda: run.resumed(progress, in_flight))
 
     def _revive(self, frame: Frame, state: cp.ExecutionState) -> Execution:
         """A node execution of the checkpoint, under its own id and index, in flight."""
@@ -809,6 +836,79 @@ def _in_records(parts: Mapping[str, Any], nodes: Sequence[Any]) -> dict[str, str
 
 # The top scope's variables that change after they are first set.
 _CHANGING = ("sys", "conversation")
+
+
+def _in_parallel_round(frame: Frame) -> bool:
+    """Whether `frame` is (or is inside) a round of a container running several
+    at once: a pause there is refused."""
+    owner = frame.owner
+    while owner is not None:
+        if owner.run.parallel:
+            return True
+        owner = owner.execution.frame.owner
+    return False
+
+
+def _frame_state(
+    frame: Frame,
+    values: Mapping[str, Mapping[str, Any]],
+    running: Mapping[Frame, list[Execution]],
+    paused: Mapping[Frame, list[tuple[Execution, Pause]]],
+    ready: Sequence[tuple[str, str | None]] = (),
+) -> dict[str, Any]:
+    """A frame's `FrameState` as plain data: `values` (what of its scope is kept),
+    its executions in flight (`running`, by frame) and paused nodes."""
+    executions = running.get(frame, [])
+    return {
+        "index": frame.index,
+        "values": cp.node_values(values),
+        "scheduler": frame.scheduler.saved(),
+        "streamer": frame.streamer.saved() if frame.streamer is not None else None,
+        "chunk_target": dict(frame.chunk_target),
+        "ready": [{"node_id": n, "predecessor": p} for n, p in ready],
+        "running": [_execution_state(e) for e in executions if e.container is None],
+        "paused": [
+            {
+                "execution": _execution_state(e),
+                "payload": cp.encode(p.payload),
+                "reason": cp.encode(p.reason),
+            }
+            for e, p in paused.get(frame, [])
+        ],
+        "containers": [
+            _container_state(e.container, running, paused)
+            for e in executions
+            if e.container is not None
+        ],
+        "error": str(frame.error) if frame.error is not None else None,
+        "broke": frame.broke,
+    }
+
+
+def _container_state(
+    container: ContainerExecution,
+    running: Mapping[Frame, list[Execution]],
+    paused: Mapping[Frame, list[tuple[Execution, Pause]]],
+) -> dict[str, Any]:
+    """A container in flight: what its finished rounds made and its rounds in
+    flight; of one that is stopping, nothing of its rounds (it runs again)."""
+    execution = container.execution
+    progress, frames = None, []
+    if not container.stopping:
+        progress = cp.encode(container.run.saved())
+        frames = [
+            _frame_state(f, f.scope.layer(), running, paused) for f in container.frames.values()
+        ]
+    return {
+        "execution": _execution_state(execution),
+        "kind": container.kind,
+        "rounds": container.rounds,
+        "round_index": container.rounds - 1 if container.rounds else None,
+        "variables": cp.encode(container.scope.own(execution.node.id) or {}),
+        "tokens": container.tokens,
+        "progress": progress,
+        "frames": frames,
+    }
 
 
 def _execution_state(execution: Execution) -> dict[str, Any]:

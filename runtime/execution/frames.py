@@ -13,8 +13,9 @@ runs is keyed by execution, so the same node running in ten parallel rounds
 never collides with itself.
 
 A *container execution* is a container node's run: the container's own
-`ContainerRun` (which rounds, what they make), its rounds' cancel token and
-the scope its rounds share (a loop's variables).
+`ContainerRun` (which rounds, what they make), its rounds' cancel token, the
+scope its rounds share (a loop's variables) and its rounds in flight (what a
+checkpoint keeps of them, each a frame).
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ class ContainerExecution:
     cancel: CancelToken  # its rounds' token: the frame's, or cancelled on its own to stop
     inputs: dict[str, Any]
     running: int = 0  # rounds started and not yet over
+    frames: dict[int, Frame] = field(default_factory=dict)  # those rounds, by index
     rounds: int = 0  # rounds started
     stopping: bool = False
     failure: BaseException | None = None  # the container itself failed (its decision raised)
@@ -156,12 +158,14 @@ class ContainerExecution:
         frame = Frame.open(self.graph, plan, scope, self.cancel, owner=self, index=round_.index)
         self.running += 1
         self.rounds += 1
+        self.frames[round_.index] = frame
         frame.active += 1
         return frame
 
     def round_done(self, frame: Frame) -> RoundDone:
         """One of its rounds (`frame`) is over."""
         self.running -= 1
+        self.frames.pop(frame.index, None)
         elapsed = round(time.monotonic() - frame.started, 6)
         self.last_elapsed = elapsed
         return RoundDone(frame.index, frame.scope, frame.error, frame.broke, elapsed)

@@ -6,7 +6,9 @@
 it starts (so a test counts how often each node ran, across processes), then
 waits `sleep_ms`, or until the file `wait_file` exists, or (in the test's own
 process) until `GATES[gate]` is set, honouring the run's cancel, and outputs
-`{"output": <its id>}`; `repeatable: false` makes it unsafe to run twice.
+`{"output": <its id>}`; `repeatable: false` makes it unsafe to run twice. With
+`tag` (a selector: a round's item, a loop variable) its log line is
+`<id>:<value>` and it waits only in the round where the value is `wait_at`.
 `registered()` adds them to the node registry for as long as a test needs them
 (in a child process too: `register()`)."""
 
@@ -70,16 +72,25 @@ class WorkData(BaseNodeData):
     gate: str = ""
     wait_file: str = ""  # wait until this file exists (another process makes it)
     repeatable: bool = True  # what its NodeSpec says about running it twice
+    tag: list[str] = []  # a selector whose value goes into its log line
+    wait_at: str = ""  # with `tag`: wait (gate, wait_file) only when the value is this
 
 
 def work(data: WorkData, ctx: NodeContext) -> NodeResult:
+    line, waits = ctx.node_id, True
+    if data.tag:
+        value = ctx.variables.get(tuple(data.tag))
+        line = f"{ctx.node_id}:{value}"
+        waits = not data.wait_at or str(value) == data.wait_at
     if data.log:
         fd = os.open(data.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, f"{ctx.node_id}\n".encode())
+            os.write(fd, f"{line}\n".encode())
         finally:
             os.close(fd)
-    if data.gate:
+    if not waits:
+        pass
+    elif data.gate:
         gate = GATES.setdefault(data.gate, threading.Event())
         waited = 0.0
         while not gate.wait(0.01) and not ctx.cancel.cancelled and waited < LONGEST_WAIT_S:
@@ -103,11 +114,16 @@ def _repeatable(data: WorkData) -> bool:
     return data.repeatable
 
 
+def _work_selectors(data: WorkData) -> list[tuple[str, ...]]:
+    return [tuple(data.tag)] if data.tag else []
+
+
 WORK_SPEC = NodeSpec(
     type=WORK,
     data_model=WorkData,
     run=work,
     output_names=_work_outputs,
+    selectors=_work_selectors,
     repeatable=_repeatable,
 )
 
