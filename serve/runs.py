@@ -17,6 +17,7 @@ early.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import json
 import logging
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 from firstgate.locales import t
 from firstgate.runtime.execution.checkpoint import PAUSED, RUNNING, CheckpointError
 from firstgate.runtime.execution.engine import WorkflowRun
+from firstgate.runtime.execution.events import RunInfo
 from firstgate.serve.apps import App
 from firstgate.serve.errors import ApiError, dump_json
 from firstgate.serve.launch import Launcher, RunRequest
@@ -313,6 +315,7 @@ class RunManager(Runs):
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._active = 0
+        self._paused: set[str] = set()  # task ids of runs paused here (nothing runs them)
         self.accepting = True
 
     def start(self, app: App, request: RunRequest) -> RunHandle:
@@ -333,7 +336,7 @@ class RunManager(Runs):
             self._runs[handle.task_id] = handle
             self._by_run_id[handle.workflow_run_id] = handle.task_id
             self._active += 1
-        self.executor.execute(run, handle.stream, lambda: self._ended(handle))
+        self.executor.execute(run, handle.stream, lambda: self._ended(handle, run.info))
         return handle
 
     resumes_forms = True
@@ -360,10 +363,11 @@ class RunManager(Runs):
                 self._by_run_id[handle.workflow_run_id] = handle.task_id
             else:
                 handle.stop = run.abort
+            self._paused.discard(handle.task_id)
             self._active += 1
         stream = handle.stream
         assert isinstance(stream, EventStream)
-        self.executor.execute(run, stream, lambda: self._ended(handle))
+        self.executor.execute(run, stream, lambda: self._ended(handle, run.info))
 
     def adopt(self, app: App, run: WorkflowRun, user: str) -> RunHandle:
         """Execute an already started `run` here (one resumed from its checkpoint)."""
@@ -382,7 +386,7 @@ class RunManager(Runs):
             self._runs[handle.task_id] = handle
             self._by_run_id[handle.workflow_run_id] = handle.task_id
             self._active += 1
-        self.executor.execute(run, handle.stream, lambda: self._ended(handle))
+        self.executor.execute(run, handle.stream, lambda: self._ended(handle, run.info))
         return handle
 
     def resume_interrupted(self, apps: Mapping[str, App]) -> list[str]:
@@ -408,10 +412,16 @@ class RunManager(Runs):
             resumed.append(record.run_id)
         return resumed
 
-    def _ended(self, handle: RunHandle) -> None:
+    def _ended(self, handle: RunHandle, info: RunInfo) -> None:
         # Let the run go: a finished handle keeps its events, not the engine's
         # objects (thousands of those would make every garbage collection slow).
-        handle.stop = _already_ended
+        # A paused one (its stream still open) is stopped here: nothing runs it.
+        paused = not handle.stream.ended
+        with self._lock:
+            handle.stop = _already_ended
+            if paused:
+                self._paused.add(handle.task_id)
+                handle.stop = functools.partial(self._stop_paused, handle, info)
         with self._lock:
             self._active -= 1
             idle = self._active == 0
@@ -421,6 +431,25 @@ class RunManager(Runs):
             # full pass it needs would otherwise land in the middle of a later
             # stream (or a stop) as a pause of hundreds of milliseconds.
             gc.collect()
+
+    def _stop_paused(self, handle: RunHandle, info: RunInfo, reason: str) -> None:
+        """End a paused run as stopped: its forms closed, its record and stream
+        ended (`human_input.end_paused`), unless a form resumed it meanwhile."""
+        from firstgate.serve import human_input  # it builds on this module
+
+        with self._lock:
+            if handle.task_id not in self._paused:
+                resumed = handle.stop  # a form's answer took it on: stop that run
+            else:
+                resumed = None
+                self._paused.discard(handle.task_id)
+                handle.stop = _already_ended
+        if resumed is not None:
+            resumed(reason)
+            return
+        stream = handle.stream
+        assert isinstance(stream, EventStream)
+        human_input.end_paused(self.launcher.store, stream, info, reason)
 
     def _forget_old(self) -> None:
         now = time.monotonic()
@@ -464,7 +493,12 @@ class RunManager(Runs):
         with self._lock:
             while self._active and time.monotonic() < give_up:
                 self._idle.wait(give_up - time.monotonic())
-            left = [h for h in self._runs.values() if not h.stream.ended]
+            # A paused run is not stopped: it waits in the store for its form.
+            left = [
+                h
+                for h in self._runs.values()
+                if not h.stream.ended and h.task_id not in self._paused
+            ]
         for handle in left:
             handle.stopped_by = reason
             handle.stop(reason)

@@ -308,3 +308,35 @@ def test_a_chat_turn_pauses_and_its_answer_comes_after_the_form(tmp_path: Path) 
             after = list(_frames(response))
     answer = "".join(e.get("answer", "") for e in after if e["event"] == "message")
     assert answer == "you said fine" and after[-1]["event"] == "message_end"
+
+
+def test_stopping_a_paused_run_ends_it_at_once(tmp_path: Path, apps: Path) -> None:
+    """Nothing runs a paused run: its stop ends it where it waits (the record
+    stopped, the form closed, the stream's `workflow_finished`)."""
+    with serve(tmp_path, NO_MODEL, apps=apps, keys=KEYS) as server, _client(server.url) as client:
+        events = _start(client)
+        assert events[-1]["event"] == "workflow_paused"
+        run_id, task_id = events[-1]["workflow_run_id"], events[-1]["task_id"]
+        token = events[-2]["data"]["form_token"]
+        assert client.get(f"/v1/workflows/run/{run_id}").json()["status"] == "paused"
+        stopped = client.post(f"/v1/workflows/tasks/{task_id}/stop", json={"user": "ann"})
+        assert stopped.status_code == 200 and stopped.json() == {"result": "success"}
+        record = client.get(f"/v1/workflows/run/{run_id}").json()
+        assert record["status"] == "stopped"
+        submit = client.post(
+            f"/v1/form/human_input/{token}",
+            json={"inputs": {}, "action": "approve", "user": "ann"},
+        )
+        assert submit.status_code == 412 and submit.json()["code"] == "human_input_form_submitted"
+        query = {"user": "ann", "continue_on_pause": "true"}
+        with client.stream("GET", f"/v1/workflow/{run_id}/events", params=query) as response:
+            replay = list(_frames(response))
+        names = [e["event"] for e in replay]
+        assert names[-1] == "workflow_finished" and names.count("workflow_finished") == 1
+        assert replay[-1]["data"]["status"] == "stopped"
+        assert replay[-1]["task_id"] == task_id
+        store = open_store(str(tmp_path / "state.db"))
+        try:
+            assert store.checkpoint(run_id) is None
+        finally:
+            store.close()
