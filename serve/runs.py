@@ -300,6 +300,10 @@ def _internal_error(run: WorkflowRun) -> dict[str, Any]:
     }
 
 
+# How a paused run is ended when it is stopped (store, its stream, its ids, the reason).
+EndPaused = Callable[[Store, EventSink, RunInfo, str], None]
+
+
 def _already_ended(reason: str) -> None:
     """`stop` of a run that has ended: nothing to do."""
 
@@ -307,8 +311,17 @@ def _already_ended(reason: str) -> None:
 class RunManager(Runs):
     """The runs of one server process, executed here, by task id."""
 
-    def __init__(self, launcher: Launcher, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        launcher: Launcher,
+        executor: Executor | None = None,
+        *,
+        end_paused: EndPaused | None = None,
+    ) -> None:
+        """`end_paused` ends a run paused here when it is stopped (`serve/human_input.py`
+        gives it: that module builds on this one); without it such a stop does nothing."""
         self.launcher = launcher
+        self._end_paused = end_paused
         self.executor = executor or ThreadExecutor()
         self._runs: dict[str, RunHandle] = {}
         self._by_run_id: dict[str, str] = {}
@@ -435,8 +448,6 @@ class RunManager(Runs):
     def _stop_paused(self, handle: RunHandle, info: RunInfo, reason: str) -> None:
         """End a paused run as stopped: its forms closed, its record and stream
         ended (`human_input.end_paused`), unless a form resumed it meanwhile."""
-        from firstgate.serve import human_input  # it builds on this module
-
         with self._lock:
             if handle.task_id not in self._paused:
                 resumed = handle.stop  # a form's answer took it on: stop that run
@@ -449,7 +460,8 @@ class RunManager(Runs):
             return
         stream = handle.stream
         assert isinstance(stream, EventStream)
-        human_input.end_paused(self.launcher.store, stream, info, reason)
+        if self._end_paused is not None:
+            self._end_paused(self.launcher.store, stream, info, reason)
 
     def _forget_old(self) -> None:
         now = time.monotonic()

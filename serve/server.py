@@ -41,6 +41,7 @@ from firstgate.serve.distributed.settings import DistributedSettings, queue_dept
 from firstgate.serve.file_links import FileLinks, files_base_url
 from firstgate.serve.form_deadlines import DEFAULT_INTERVAL_S as DEFAULT_FORM_SWEEP_S
 from firstgate.serve.form_deadlines import FormDeadlines
+from firstgate.serve.human_input import end_paused
 from firstgate.serve.launch import Launcher
 from firstgate.serve.runs import RunManager, Runs
 from firstgate.serve.schedules import Scheduler, schedules
@@ -152,7 +153,7 @@ def build_service(
     launcher = open_resources(config, apps, executes_runs=distributed is None)
     try:
         if distributed is None:
-            manager = RunManager(launcher)
+            manager = RunManager(launcher, end_paused=end_paused)
             # Runs the last server was running when it stopped go on from their checkpoints.
             manager.resume_interrupted(apps.apps)
             runs: Runs = manager
