@@ -165,10 +165,8 @@ def end_paused(store: Store, sink: EventSink, info: RunInfo, reason: str) -> Non
         if form.status == FORM_WAITING:
             status = FORM_SUBMITTED if form.expires_at > now else FORM_TIMEOUT
             store.close_form(form.token, status=status, now=now)
-    totals: dict[str, Any] = {}
-    if store.checkpoint(run_id) is not None:
-        snapshot, _ = cp.read(store, run_id)
-        totals = cp.decode(snapshot.report)
+    taken = cp.head(store, run_id)
+    totals: dict[str, Any] = cp.decode(taken[0].report) if taken is not None else {}
     elapsed = float(totals.get("elapsed", 0.0))
     known = store.run(run_id)
     if known is not None and known.status in (cp.RUNNING, cp.PAUSED):

@@ -435,7 +435,6 @@ class RunManager(Runs):
             if paused:
                 self._paused.add(handle.task_id)
                 handle.stop = functools.partial(self._stop_paused, handle, info)
-        with self._lock:
             self._active -= 1
             idle = self._active == 0
             self._idle.notify_all()

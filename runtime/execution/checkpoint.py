@@ -476,6 +476,16 @@ def read(store: Store, run_id: str) -> tuple[Snapshot, CheckpointRecord]:
     return load(record.snapshot, record.parts, executions), record
 
 
+def head(store: Store, run_id: str) -> tuple[Snapshot, CheckpointRecord] | None:
+    """The run's latest checkpoint as its head stands (ids, position, the report's
+    totals; not its finished nodes' outputs, which `read` adds), None when it has
+    none."""
+    record = store.checkpoint(run_id)
+    if record is None:
+        return None
+    return load(record.snapshot), record
+
+
 def node_values(values: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     return {head: encode(names) for head, names in values.items()}
 

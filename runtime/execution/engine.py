@@ -69,6 +69,7 @@ from firstgate.runtime.execution.run_report import RunReport
 from firstgate.runtime.execution.session import RunSession, RunSummary, storable
 from firstgate.runtime.execution.variable_pool import VariablePool
 from firstgate.runtime.execution.worker_pool import WorkerPool
+from firstgate.store.base import NodeExecutionRecord
 
 # How long a stopped run waits for its in-flight nodes to notice the cancel.
 DRAIN_GRACE_S = 5.0
@@ -821,7 +822,7 @@ def _repeatable(graph: Graph, node_id: str) -> bool:
     return inner is None or all(_repeatable(inner, n) for n in inner.nodes)
 
 
-def _in_records(parts: Mapping[str, Any], nodes: Sequence[Any]) -> dict[str, str]:
+def _in_records(parts: Mapping[str, Any], nodes: Sequence[NodeExecutionRecord]) -> dict[str, str]:
     """The finished nodes (of `parts`) whose execution record, written with the same
     checkpoint, holds exactly their outputs: node id -> execution id."""
     if not nodes:

@@ -113,13 +113,17 @@ class ContainerExecution:
     scope: VariablePool  # shared by its rounds (its variables); each round has a child of it
     cancel: CancelToken  # its rounds' token: the frame's, or cancelled on its own to stop
     inputs: dict[str, Any]
-    running: int = 0  # rounds started and not yet over
-    frames: dict[int, Frame] = field(default_factory=dict)  # those rounds, by index
+    frames: dict[int, Frame] = field(default_factory=dict)  # rounds started, not over: by index
     rounds: int = 0  # rounds started
     stopping: bool = False
     failure: BaseException | None = None  # the container itself failed (its decision raised)
     tokens: int = 0  # used by the nodes of its rounds
     last_elapsed: float | None = None
+
+    @property
+    def running(self) -> int:
+        """Its rounds started and not yet over."""
+        return len(self.frames)
 
     @classmethod
     def open(cls, execution: Execution, run: ContainerRun, kind: str) -> ContainerExecution:
@@ -156,7 +160,6 @@ class ContainerExecution:
         values = {self.execution.node.id: round_.values} if round_.values else None
         scope = self.scope.child(values)
         frame = Frame.open(self.graph, plan, scope, self.cancel, owner=self, index=round_.index)
-        self.running += 1
         self.rounds += 1
         self.frames[round_.index] = frame
         frame.active += 1
@@ -164,7 +167,6 @@ class ContainerExecution:
 
     def round_done(self, frame: Frame) -> RoundDone:
         """One of its rounds (`frame`) is over."""
-        self.running -= 1
         self.frames.pop(frame.index, None)
         elapsed = round(time.monotonic() - frame.started, 6)
         self.last_elapsed = elapsed

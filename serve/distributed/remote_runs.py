@@ -124,10 +124,10 @@ class RemoteRuns(Runs):
         and run ids, request, identity, the position its stream goes on from),
         named with the form and `queued`; 'unknown' when it has no checkpoint (it
         ended). Known after all (another process revived it): reopened as usual."""
-        store = self.launcher.store
-        if store.checkpoint(form.workflow_run_id) is None:
+        taken = cp.head(self.launcher.store, form.workflow_run_id)
+        if taken is None:
             return None, "unknown"
-        snapshot, found = cp.read(store, form.workflow_run_id)
+        snapshot, found = taken
         info = snapshot.run.info()
         request = RunRequest(
             app_stem=app.stem,

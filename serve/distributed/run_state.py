@@ -35,7 +35,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
@@ -369,18 +369,8 @@ class EventSink:
 
 
 def info_dict(info: RunInfo) -> dict[str, Any]:
-    """A run's identity as its hash keeps it (`info`)."""
-    return {
-        "task_id": info.task_id,
-        "workflow_run_id": info.workflow_run_id,
-        "workflow_id": info.workflow_id,
-        "app_id": info.app_id,
-        "mode": info.mode,
-        "user_id": info.user_id,
-        "created_at": info.created_at,
-        "conversation_id": info.conversation_id,
-        "message_id": info.message_id,
-    }
+    """A run's identity as its hash keeps it (`info`; `RunInfo(**it)` reads it back)."""
+    return asdict(info)
 
 
 FILES_SECRET = PREFIX + "files-secret"
