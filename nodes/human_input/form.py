@@ -50,7 +50,12 @@ class OpenedForm:
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(TOKEN_BYTES)
+    # A token is pasted into command lines (`firstgate resume TOKEN`): one
+    # starting with "-" would be read as an option, so draw again.
+    while True:
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        if not token.startswith("-"):
+            return token
 
 
 def _resolved_default(item: Any, variables: VariableReader) -> str:

@@ -168,3 +168,10 @@ def test_nobody_answering_takes_the_timeout_branch_with_the_defaults() -> None:
     assert outputs["edits"] == "A short note about tea."
     assert outputs["priority"] == "" and outputs["attachment"] is None
     assert outputs["references"] == [] and outputs["__action_id"] == "__timeout"
+
+
+def test_a_form_token_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `firstgate resume TOKEN` would read "-..." as an option (1 token in 64).
+    drawn = iter(["-starts-with-a-dash", "plain_token"])
+    monkeypatch.setattr(forms.secrets, "token_urlsafe", lambda _n: next(drawn))
+    assert forms.new_token() == "plain_token"
