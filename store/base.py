@@ -132,6 +132,10 @@ class CheckpointRecord:
     # Pieces of the snapshot written once and kept across checkpoints (a finished
     # node's outputs), by name: a checkpoint writes only the new ones.
     parts: Mapping[str, str] = field(default_factory=dict)
+    # Finished nodes whose outputs are exactly those of one of the run's node
+    # executions (node id -> execution id): the execution is marked, no part is
+    # written. A checkpoint names those among the executions written with it.
+    held: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

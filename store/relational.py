@@ -29,7 +29,7 @@ import socket
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -416,23 +416,20 @@ class RelationalStore(Store):
                 [_file_row(run.id, file) for file in run.files],
             )
 
-    def _write_nodes(self, tx: Tx, run_id: str, nodes: Sequence[NodeExecutionRecord]) -> None:
-        sql = (
-            "INSERT INTO node_executions (id, workflow_run_id, idx, node_id, node_type, title, "
-            "predecessor_node_id, status, inputs, process_data, outputs, error, elapsed_time, "
-            "execution_metadata, created_at, finished_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET status = excluded.status, "
-            "inputs = excluded.inputs, process_data = excluded.process_data, "
-            "outputs = excluded.outputs, error = excluded.error, "
-            "elapsed_time = excluded.elapsed_time, "
-            "execution_metadata = excluded.execution_metadata, "
-            "finished_at = excluded.finished_at"
-        )
+    def _write_nodes(
+        self,
+        tx: Tx,
+        run_id: str,
+        nodes: Sequence[NodeExecutionRecord],
+        held: Collection[str] = (),
+    ) -> None:
+        """Upsert node executions; `held`: the ids of those that hold their node's
+        checkpoint outputs (`CheckpointRecord.held`)."""
         if len(nodes) == 1:
-            tx.execute(sql, _node_row(run_id, nodes[0]))
+            tx.execute(_NODE_UPSERT, _node_row(run_id, nodes[0], nodes[0].id in held))
         else:
-            tx.executemany(sql, [_node_row(run_id, node) for node in nodes])
+            rows = [_node_row(run_id, node, node.id in held) for node in nodes]
+            tx.executemany(_NODE_UPSERT, rows)
 
     # ---- checkpoints
 
@@ -475,7 +472,8 @@ class RelationalStore(Store):
             if run is not None:
                 self._write_run(tx, run, None)
             if nodes:
-                self._write_nodes(tx, checkpoint.run_id, nodes)
+                held = set(checkpoint.held.values())
+                self._write_nodes(tx, checkpoint.run_id, nodes, held)
 
     def _first_checkpoint(self, tx: Tx, checkpoint: CheckpointRecord, now: float) -> None:
         """No checkpoint row this writer may update: the run's first, unless the run
@@ -516,7 +514,12 @@ class RelationalStore(Store):
             parts = tx.execute(
                 "SELECT part, value FROM run_checkpoint_parts WHERE run_id = ?", (run_id,)
             ).fetchall()
-        return CheckpointRecord(*row, parts={k: v for k, v in parts})
+            held = tx.execute(
+                "SELECT node_id, id FROM node_executions "
+                "WHERE workflow_run_id = ? AND checkpoint_outputs = 1 ORDER BY idx",
+                (run_id,),
+            ).fetchall()
+        return CheckpointRecord(*row, parts={k: v for k, v in parts}, held=dict(held))
 
     def checkpoints(self, status: str | None = None) -> list[CheckpointRecord]:
         where, params = ("WHERE status = ?", (status,)) if status else ("", ())
@@ -1149,7 +1152,21 @@ def statements(script: str) -> Iterator[str]:
             yield part.strip()
 
 
-def _node_row(run_id: str, node: NodeExecutionRecord) -> tuple[Any, ...]:
+_NODE_UPSERT = (
+    "INSERT INTO node_executions (id, workflow_run_id, idx, node_id, node_type, title, "
+    "predecessor_node_id, status, inputs, process_data, outputs, error, elapsed_time, "
+    "execution_metadata, created_at, finished_at, checkpoint_outputs) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET status = excluded.status, "
+    "inputs = excluded.inputs, process_data = excluded.process_data, "
+    "outputs = excluded.outputs, error = excluded.error, "
+    "elapsed_time = excluded.elapsed_time, "
+    "execution_metadata = excluded.execution_metadata, "
+    "finished_at = excluded.finished_at, checkpoint_outputs = excluded.checkpoint_outputs"
+)
+
+
+def _node_row(run_id: str, node: NodeExecutionRecord, held: bool = False) -> tuple[Any, ...]:
     return (
         node.id,
         run_id,
@@ -1167,6 +1184,7 @@ def _node_row(run_id: str, node: NodeExecutionRecord) -> tuple[Any, ...]:
         _dump(node.execution_metadata),
         node.created_at,
         node.finished_at,
+        int(held),
     )
 
 

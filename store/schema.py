@@ -186,6 +186,15 @@ _TEMPLATES: tuple[str, ...] = (
         created_at {real} NOT NULL
     );
     """,
+    # 8: a per-node checkpoint writes a node's execution and its head, nothing more.
+    # A node execution that holds its node's checkpoint outputs says so
+    # (`checkpoint_outputs`), instead of a part row naming it; the index on the
+    # checkpoints' status and update time, rewritten by every commit, goes (the
+    # table holds unfinished runs only: start-up reads it whole).
+    """
+    ALTER TABLE node_executions ADD COLUMN checkpoint_outputs {integer} NOT NULL DEFAULT 0;
+    DROP INDEX run_checkpoints_status;
+    """,
 )
 
 

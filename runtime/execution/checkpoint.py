@@ -17,13 +17,15 @@ one is migrated step by step (`_MIGRATIONS`), never read as if it were current.
 Values are JSON, with files (`common.files.File`) kept whole, their local path
 included (`encode` / `decode`); tuples come back as lists.
 
-A finished node's outputs are written once, as a *part* of the checkpoint
-(`CheckpointRecord.parts`), not again with every later checkpoint: the
-snapshot's head stays small however long the run. When the node's execution,
-written in the same transaction, holds exactly those outputs (nothing in them
-was redacted or made storable), the part names that execution instead of
-repeating them (`record:<node>` = its id): a durable run writes a node's
-outputs once, not twice.
+A finished node's outputs are written once, not again with every later
+checkpoint: the snapshot's head stays small however long the run. When the
+node's execution, written in the same transaction, holds exactly those outputs
+(nothing in them was redacted or made storable), the execution is marked as
+holding them (`CheckpointRecord.held`): a durable run writes a node's outputs
+once, and a per-node checkpoint is the node's execution and the head, nothing
+more. Otherwise they go whole into a *part* of the checkpoint
+(`CheckpointRecord.parts`, `outputs:<node>`). Checkpoints of firstgate before
+the mark named the execution in a part (`record:<node>` = its id): still read.
 """
 
 from __future__ import annotations
@@ -402,6 +404,7 @@ class Checkpointer:
         self.attempts = record.attempts
         self._created_at = record.created_at
         self._written = {n for p in record.parts if (n := _part_node(p)) is not None}
+        self._written.update(record.held)
 
     def save(
         self,
@@ -418,10 +421,11 @@ class Checkpointer:
         nodes' outputs), `parts` (node id -> outputs, of the nodes finished since
         the last one), the run's row (`run`, when given) and the node executions
         finished since the last one; `in_records`: node id -> the id of one of those
-        executions whose outputs are exactly the node's (its part names it)."""
+        executions whose outputs are exactly the node's (marked, no part)."""
         now = time.time()
         self._created_at = self._created_at or now
         held = status == RUNNING and self.owner is not None
+        held_by = {n: i for n, i in (in_records or {}).items() if n not in self._written}
         record = CheckpointRecord(
             run_id=info.workflow_run_id,
             app_id=info.app_id,
@@ -435,21 +439,15 @@ class Checkpointer:
             lease_expires_at=now + self.lease_seconds if held else None,
             attempts=self.attempts,
             created_at=self._created_at,
-            parts=self._parts(parts, in_records or {}),
+            parts={
+                _OUTPUTS_PART + node: dumps(value)
+                for node, value in parts.items()
+                if node not in self._written and node not in held_by
+            },
+            held=held_by,
         )
         self.store.save_checkpoint(record, run, nodes, writer=self.owner)
         self._written.update(parts)
-
-    def _parts(self, parts: Mapping[str, Any], in_records: Mapping[str, str]) -> dict[str, str]:
-        written: dict[str, str] = {}
-        for node, value in parts.items():
-            if node in self._written:
-                continue
-            if node in in_records:
-                written[_RECORD_PART + node] = in_records[node]
-            else:
-                written[_OUTPUTS_PART + node] = dumps(value)
-        return written
 
 
 def _part_node(name: str) -> str | None:
@@ -470,10 +468,11 @@ def read(store: Store, run_id: str) -> tuple[Snapshot, CheckpointRecord]:
             raise CheckpointError("errors.checkpoint.unknownRun", run=run_id)
         raise CheckpointError("errors.checkpoint.ended", run=run_id, status=run.status)
     executions: dict[str, Mapping[str, Any]] = {}
-    if any(name.startswith(_RECORD_PART) for name in record.parts):
+    parts = {**record.parts, **{_RECORD_PART + n: i for n, i in record.held.items()}}
+    if record.held or any(name.startswith(_RECORD_PART) for name in record.parts):
         run = store.run(run_id)
         executions = {node.id: node.outputs for node in run.nodes} if run is not None else {}
-    return load(record.snapshot, record.parts, executions), record
+    return load(record.snapshot, parts, executions), record
 
 
 def head(store: Store, run_id: str) -> tuple[Snapshot, CheckpointRecord] | None:

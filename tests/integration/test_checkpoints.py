@@ -587,9 +587,9 @@ def test_a_checkpoint_never_holds_the_environments_secrets(tmp_path: Path) -> No
 
 
 def test_a_finished_nodes_outputs_are_stored_once(tmp_path: Path, location: str) -> None:
-    """A node whose execution record holds its outputs as they are has a part that
-    names the record; one whose record masks a secret keeps its outputs whole in
-    the part, so that the resumed run reads what the node really said."""
+    """A node whose execution record holds its outputs as they are has its record
+    marked (no part); one whose record masks a secret keeps its outputs whole in
+    a part, so that the resumed run reads what the node really said."""
     doc = pausing_doc()
     doc["workflow"]["environment_variables"] = [
         {"name": "token", "value_type": "secret", "value": "", "id": "e1"}
@@ -616,7 +616,8 @@ def test_a_finished_nodes_outputs_are_stored_once(tmp_path: Path, location: str)
             record = store.checkpoint(run.run_id)
             assert record is not None
             executions = {n.node_id: n for n in store.run(run.run_id).nodes}
-            assert record.parts["record:before"] == executions["before"].id
+            assert record.held["before"] == executions["before"].id
+            assert "record:before" not in record.parts
             assert executions["before"].outputs == {"output": "before a"}
             assert "outputs:before" not in record.parts
             assert secret not in json.dumps(executions["masked"].outputs)  # masked there
@@ -626,6 +627,46 @@ def test_a_finished_nodes_outputs_are_stored_once(tmp_path: Path, location: str)
             list(again)
             assert again.status == "succeeded"
             assert again.outputs == {"out": f"before a / key {secret} / ok"}
+    finally:
+        store.close()
+
+
+def test_a_checkpoint_naming_its_executions_in_parts_still_resumes(tmp_path: Path) -> None:
+    """A checkpoint written before node executions were marked (schema 7) named
+    each one in a `record:<node>` part: it is read as it was written."""
+    import sqlite3
+
+    location = str(tmp_path / "state.db")
+    workflow = load_workflow(pausing_doc())
+    options = RunOptions(durability=cp.Durability.NODE)
+    store = open_store(location)
+    try:
+        with RunResources.open(store=store, clients=object()) as resources:  # type: ignore[arg-type]
+            run = workflow.run({"q": "a"}, options, resources)
+            list(run)
+            assert run.status == "paused"
+            db = sqlite3.connect(location, isolation_level=None)
+            try:  # the marks made into the parts an earlier firstgate wrote
+                marked = db.execute(
+                    "SELECT node_id, id FROM node_executions "
+                    "WHERE workflow_run_id = ? AND checkpoint_outputs = 1",
+                    (run.run_id,),
+                ).fetchall()
+                assert [n for n, _ in marked] == ["start", "before"]
+                db.executemany(
+                    "INSERT INTO run_checkpoint_parts (run_id, part, value) VALUES (?, ?, ?)",
+                    [(run.run_id, f"record:{n}", i) for n, i in marked],
+                )
+                db.execute("UPDATE node_executions SET checkpoint_outputs = 0")
+            finally:
+                db.close()
+            record = store.checkpoint(run.run_id)
+            assert record is not None and not record.held
+            answer = {"ask": cp.Resolved({"answer": "ok"}, "yes")}
+            again = workflow.resume(run.run_id, options, resources, resolved=answer)
+            list(again)
+            assert again.status == "succeeded"
+            assert again.outputs == {"out": "before a / ok"}
     finally:
         store.close()
 
