@@ -32,7 +32,7 @@ BENCHMARKS: list[tuple[str, list[str], bool]] = [
     ("bench.validate", ["--repeat=5"], False),
     ("bench.app_modes", ["--turns=200", "--repeat=5"], False),
     ("bench.protocols", ["--frames=100000", "--rounds=3", "--trials=30"], True),
-    ("bench.checkpoint", ["--repeat=5", "--resumes=200", "--stops=100"], False),
+    ("bench.checkpoint", ["--repeat=9", "--resumes=200", "--stops=100"], False),
     ("bench.human_input", ["--trials=200", "--http-trials=50", "--broker-trials=100"], False),
     ("bench.telemetry", ["--rounds=7"], True),
 ]
