@@ -551,9 +551,7 @@ class ServiceApi(RecordsApi, HumanInputApi):
     def _stop_task(self, request: Request, app: App, task_id: str) -> Response:
         body = bodies.validate(bodies.UserBody, bodies.parse_json(_body(request)))
         # Dify answers success whether or not the task was running (a stop flag).
-        self.context.runs.stop(
-            task_id, app_id=app.workflow.app_id, user=body.user, reason=t("serve.stoppedByUser")
-        )
+        self.context.runs.stop(task_id, app=app, user=body.user, reason=t("serve.stoppedByUser"))
         return _json({"result": "success"})
 
     def _workflow_run(self, request: Request, app: App, run_id: str) -> Response:

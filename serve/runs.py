@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from firstgate.locales import t
-from firstgate.runtime.execution.checkpoint import PAUSED, RUNNING, CheckpointError
+from firstgate.runtime.execution.checkpoint import PAUSED, RUNNING, CheckpointError, paused_of_task
 from firstgate.runtime.execution.engine import WorkflowRun
 from firstgate.runtime.execution.events import RunInfo
 from firstgate.serve.apps import App
@@ -189,8 +189,9 @@ class Runs(ABC):
     def by_run_id(self, workflow_run_id: str) -> RunHandle | None: ...
 
     @abstractmethod
-    def stop(self, task_id: str, *, app_id: str, user: str, reason: str) -> bool:
-        """Stop a run of this app and user; False when there is no such run in flight."""
+    def stop(self, task_id: str, *, app: App, user: str, reason: str) -> bool:
+        """Stop a run of this app and user; False when there is no such run in flight
+        (or waiting paused in the store)."""
 
     @property
     @abstractmethod
@@ -479,14 +480,44 @@ class RunManager(Runs):
             task_id = self._by_run_id.get(workflow_run_id)
             return self._runs.get(task_id) if task_id else None
 
-    def stop(self, task_id: str, *, app_id: str, user: str, reason: str) -> bool:
+    def stop(self, task_id: str, *, app: App, user: str, reason: str) -> bool:
         handle = self.get(task_id)
-        if handle is None or handle.app_id != app_id or handle.user != user:
+        if handle is None:
+            return self._stop_stored(task_id, app=app, user=user, reason=reason)
+        if handle.app_id != app.workflow.app_id or handle.user != user:
             return False
         if handle.stream.ended:
             return False
         handle.stopped_by = reason
         handle.stop(reason)
+        return True
+
+    def _stop_stored(self, task_id: str, *, app: App, user: str, reason: str) -> bool:
+        """A run this process has no handle of (it paused before this process
+        started): when it waits paused in the store, it ends here, its stream
+        (from the position it paused at) here for whoever follows it."""
+        found = paused_of_task(self.launcher.store, task_id)
+        if found is None or self._end_paused is None:
+            return False
+        snapshot, record = found
+        info = snapshot.run.info()
+        if info.app_id != app.workflow.app_id or info.user_id != user:
+            return False
+        handle = RunHandle(
+            task_id=info.task_id,
+            workflow_run_id=info.workflow_run_id,
+            app_stem=app.stem,
+            app_id=info.app_id,
+            user=user,
+            chat=info.chat,
+            stream=EventStream(first=record.position),
+            stop=_already_ended,
+            stopped_by=reason,
+        )
+        with self._lock:
+            self._runs[handle.task_id] = handle
+            self._by_run_id[handle.workflow_run_id] = handle.task_id
+        self._end_paused(self.launcher.store, handle.stream, info, reason)
         return True
 
     @property

@@ -129,6 +129,7 @@ class CheckpointRecord:
     attempts: int = 0
     created_at: float = 0.0
     updated_at: float = 0.0
+    task_id: str | None = None  # the run's task (None: written before firstgate kept it)
     # Pieces of the snapshot written once and kept across checkpoints (a finished
     # node's outputs), by name: a checkpoint writes only the new ones.
     parts: Mapping[str, str] = field(default_factory=dict)
@@ -317,6 +318,11 @@ class Store(ABC):
     @abstractmethod
     def checkpoints(self, status: str | None = None) -> list[CheckpointRecord]:
         """The unfinished runs' checkpoints (of one status), the oldest first."""
+
+    @abstractmethod
+    def checkpoint_of_task(self, task_id: str) -> CheckpointRecord | None:
+        """The checkpoint of the unfinished run of task `task_id` (without its
+        parts), None when there is none: a stop names the task, not the run."""
 
     @abstractmethod
     def claim_checkpoint(

@@ -486,7 +486,7 @@ class RelationalStore(Store):
             raise StoreError("errors.store.runEnded", run=checkpoint.run_id, status=found[0])
         tx.execute(
             f"INSERT INTO run_checkpoints ({_CHECKPOINT_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 checkpoint.run_id,
                 checkpoint.app_id,
@@ -501,6 +501,7 @@ class RelationalStore(Store):
                 checkpoint.attempts,
                 checkpoint.created_at or now,
                 now,
+                checkpoint.task_id,
             ),
         )
 
@@ -530,6 +531,14 @@ class RelationalStore(Store):
                 params,
             ).fetchall()
         return [CheckpointRecord(*row) for row in rows]
+
+    def checkpoint_of_task(self, task_id: str) -> CheckpointRecord | None:
+        with self.db.read() as tx:
+            row = tx.execute(
+                f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE task_id = ?",
+                (task_id,),
+            ).fetchone()
+        return CheckpointRecord(*row) if row is not None else None
 
     def claim_checkpoint(
         self,
@@ -1050,7 +1059,7 @@ _FEEDBACK_COLUMNS = (
 )
 _CHECKPOINT_COLUMNS = (
     "run_id, app_id, workflow_id, graph_hash, status, version, position, snapshot, owner, "
-    "lease_expires_at, attempts, created_at, updated_at"
+    "lease_expires_at, attempts, created_at, updated_at, task_id"
 )
 _UPLOAD_COLUMNS = "id, app_id, user_id, name, size, extension, mime_type, path, created_at"
 

@@ -190,10 +190,13 @@ _TEMPLATES: tuple[str, ...] = (
     # A node execution that holds its node's checkpoint outputs says so
     # (`checkpoint_outputs`), instead of a part row naming it; the index on the
     # checkpoints' status and update time, rewritten by every commit, goes (the
-    # table holds unfinished runs only: start-up reads it whole).
+    # table holds unfinished runs only: start-up reads it whole). A checkpoint
+    # knows its run's task id (a stop names the task), written once.
     """
     ALTER TABLE node_executions ADD COLUMN checkpoint_outputs {integer} NOT NULL DEFAULT 0;
     DROP INDEX run_checkpoints_status;
+    ALTER TABLE run_checkpoints ADD COLUMN task_id TEXT;
+    CREATE INDEX run_checkpoints_task ON run_checkpoints(task_id);
     """,
 )
 

@@ -439,6 +439,7 @@ class Checkpointer:
             lease_expires_at=now + self.lease_seconds if held else None,
             attempts=self.attempts,
             created_at=self._created_at,
+            task_id=info.task_id,
             parts={
                 _OUTPUTS_PART + node: dumps(value)
                 for node, value in parts.items()
@@ -481,6 +482,16 @@ def head(store: Store, run_id: str) -> tuple[Snapshot, CheckpointRecord] | None:
     none."""
     record = store.checkpoint(run_id)
     if record is None:
+        return None
+    return load(record.snapshot), record
+
+
+def paused_of_task(store: Store, task_id: str) -> tuple[Snapshot, CheckpointRecord] | None:
+    """The head of the paused run of task `task_id` (a stop names the task: one
+    that reaches a process the run did not pause in), None when no run of that
+    task waits paused."""
+    record = store.checkpoint_of_task(task_id)
+    if record is None or record.status != PAUSED:
         return None
     return load(record.snapshot), record
 

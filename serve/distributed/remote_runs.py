@@ -15,7 +15,8 @@ store is the truth of a paused run: one that waited longer than Redis keeps
 its keys is written to Redis again from its checkpoint (`RunStore.revive`:
 its ids, request and position) and queued all the same. A stop of a paused
 run, which no worker holds to hear it, is carried out by the API process
-that receives it (`human_input.end_paused`).
+that receives it (`human_input.end_paused`); a stop of a paused run Redis no
+longer knows finds it in the store by its task id and writes it again first.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from firstgate.serve.distributed.settings import DistributedSettings, reachable,
 from firstgate.serve.errors import ApiError
 from firstgate.serve.launch import Launcher, RunRequest
 from firstgate.serve.runs import RunHandle, Runs
-from firstgate.store.base import FormRecord
+from firstgate.store.base import CheckpointRecord, FormRecord
 
 log = logging.getLogger("firstgate.serve")
 
@@ -129,25 +130,7 @@ class RemoteRuns(Runs):
             return None, "unknown"
         snapshot, found = taken
         info = snapshot.run.info()
-        request = RunRequest(
-            app_stem=app.stem,
-            inputs={},  # a resumed run's inputs come from its checkpoint
-            user=info.user_id,
-            query=snapshot.query,
-            conversation_id=info.conversation_id,
-            root=snapshot.root,
-            task_id=info.task_id,
-            workflow_run_id=info.workflow_run_id,
-        )
-        fields = {
-            **_meta(app, request, snapshot.started_at),
-            "info": json.dumps(info_dict(info)),
-            "state": "queued",
-            "attempts": "0",
-            "seq": str(found.position),
-            "first": str(found.position),
-            "form": form.token,
-        }
+        fields = {**_revived(app, snapshot, found), "state": "queued", "form": form.token}
         if self.runs.revive(info.task_id, info.workflow_run_id, fields):
             log.warning("the run of form %s was written to the broker again", form.id)
             return info.task_id, "queued"
@@ -169,14 +152,30 @@ class RemoteRuns(Runs):
         task_id = self.runs.task_for_run(workflow_run_id)
         return self.get(task_id) if task_id else None
 
-    def stop(self, task_id: str, *, app_id: str, user: str, reason: str) -> bool:
-        meta = self.runs.meta(task_id)
-        if meta.get("app_id") != app_id or meta.get("user") != user:
+    def stop(self, task_id: str, *, app: App, user: str, reason: str) -> bool:
+        meta = self.runs.meta(task_id) or self._revive_paused(app, task_id)
+        if meta.get("app_id") != app.workflow.app_id or meta.get("user") != user:
             return False
         if meta.get("state") == "finished":
             return False
         self._stop(task_id, reason)
         return True
+
+    def _revive_paused(self, app: App, task_id: str) -> dict[str, str]:
+        """A run of `task_id` that waits paused in the store and that Redis no
+        longer knows, written to Redis again (`paused`, as it was) so that its stop
+        goes as any paused run's; its hash, or {} when there is no such run."""
+        found = cp.paused_of_task(self.launcher.store, task_id)
+        if found is None:
+            return {}
+        snapshot, record = found
+        if record.app_id != app.workflow.app_id:
+            return {}
+        info = snapshot.run.info()
+        fields = {**_revived(app, snapshot, record), "state": "paused"}
+        if self.runs.revive(info.task_id, info.workflow_run_id, fields):
+            log.warning("the paused run of task %s was written to the broker again", task_id)
+        return self.runs.meta(task_id)
 
     def _stop(self, task_id: str, reason: str) -> None:
         """The stop flag for the run's holder; a paused run is ended here at once."""
@@ -196,6 +195,30 @@ class RemoteRuns(Runs):
 
     def close(self) -> None:
         self.runs.redis.close()
+
+
+def _revived(app: App, snapshot: cp.Snapshot, found: CheckpointRecord) -> dict[str, str]:
+    """The hash of a run Redis no longer knows, from its checkpoint: its task and
+    run ids, request and identity, the position its stream goes on from (its
+    `state` is the caller's)."""
+    info = snapshot.run.info()
+    request = RunRequest(
+        app_stem=app.stem,
+        inputs={},  # a resumed run's inputs come from its checkpoint
+        user=info.user_id,
+        query=snapshot.query,
+        conversation_id=info.conversation_id,
+        root=snapshot.root,
+        task_id=info.task_id,
+        workflow_run_id=info.workflow_run_id,
+    )
+    return {
+        **_meta(app, request, snapshot.started_at),
+        "info": json.dumps(info_dict(info)),
+        "attempts": "0",
+        "seq": str(found.position),
+        "first": str(found.position),
+    }
 
 
 def _meta(app: App, request: RunRequest, created_at: float) -> dict[str, str]:

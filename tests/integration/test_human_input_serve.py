@@ -340,3 +340,41 @@ def test_stopping_a_paused_run_ends_it_at_once(tmp_path: Path, apps: Path) -> No
             assert store.checkpoint(run_id) is None
         finally:
             store.close()
+
+
+def test_a_paused_run_is_stopped_by_its_task_id_after_a_restart(
+    tmp_path: Path, apps: Path, database: str
+) -> None:
+    """The process the run paused in is gone; the stop names the task: the store
+    knows the task of the paused run, which ends as stopped where it waits."""
+    with serve(tmp_path, NO_MODEL, apps=apps, keys=KEYS, database=database) as first:
+        with _client(first.url) as client:
+            events = _start(client)
+    run_id, task_id = events[-1]["workflow_run_id"], events[-1]["task_id"]
+    token = events[-2]["data"]["form_token"]
+    stop = f"/v1/workflows/tasks/{task_id}/stop"
+    with serve(tmp_path, NO_MODEL, apps=apps, keys=KEYS, database=database) as second:
+        with _client(second.url) as client, _client(second.url, KEYS["other"]) as other:
+            assert other.post(stop, json={"user": "ann"}).status_code == 200  # another app's
+            assert client.post(stop, json={"user": "bob"}).status_code == 200  # not bob's
+            assert client.get(f"/v1/workflows/run/{run_id}").json()["status"] == "paused"
+            stopped = client.post(stop, json={"user": "ann"})
+            assert stopped.status_code == 200 and stopped.json() == {"result": "success"}
+            record = client.get(f"/v1/workflows/run/{run_id}").json()
+            submit = client.post(
+                f"/v1/form/human_input/{token}",
+                json={"inputs": {}, "action": "approve", "user": "ann"},
+            )
+            query = {"user": "ann", "continue_on_pause": "true"}
+            with client.stream("GET", f"/v1/workflow/{run_id}/events", params=query) as response:
+                replay = list(_frames(response))
+    assert record["status"] == "stopped"
+    assert submit.status_code == 412 and submit.json()["code"] == "human_input_form_submitted"
+    assert [e["event"] for e in replay][-1] == "workflow_finished"
+    assert replay[-1]["data"]["status"] == "stopped" and replay[-1]["task_id"] == task_id
+    store = open_store(database)
+    try:
+        assert store.checkpoint(run_id) is None
+        assert store.checkpoint_of_task(task_id) is None
+    finally:
+        store.close()

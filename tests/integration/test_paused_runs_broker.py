@@ -286,6 +286,39 @@ def test_a_paused_run_stopped_through_another_api_process_ends_at_once(
     assert shown.status_code == 412
 
 
+def test_a_paused_run_whose_redis_keys_are_gone_is_stopped_by_its_task_id(
+    tmp_path: Path,
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    """The stop names the task; Redis has forgotten it: the store knows the task of
+    the paused run, which is written to Redis again and ended as any paused run."""
+    stop = "/v1/workflows/tasks/{}/stop"
+    with _deployment(tmp_path, postgres_url) as (client, [api]), _client(api.url) as http:
+        first = _pause(http, client, "/v1/workflows/run", BODY)
+        task_id, run_id = first[0][1]["task_id"], first[-1][1]["workflow_run_id"]
+        token = first[-2][1]["data"]["form_token"]
+        _forget(client, task_id, run_id)
+        wrong_user = http.post(stop.format(task_id), json={"user": "bob"})
+        assert wrong_user.status_code == 200
+        assert client.hget(run_key(task_id), "state") == b"paused"  # written again, kept
+        stopped = http.post(stop.format(task_id), json={"user": "ann"})
+        assert stopped.status_code == 200 and stopped.json() == {"result": "success"}
+        assert client.hget(run_key(task_id), "state") == b"finished"
+        rest = _follow(http, run_id)
+        record = http.get(f"/v1/workflows/run/{run_id}").json()
+        late = http.post(
+            f"/v1/form/human_input/{token}",
+            json={"inputs": {"note": "late"}, "action": "ok", "user": "ann"},
+        )
+    ended = [e for _, e in rest if e["event"] == "workflow_finished"]
+    assert [e["data"]["status"] for e in ended] == ["stopped"], [e["event"] for _, e in rest]
+    assert ended[0]["task_id"] == task_id
+    # The stream written anew goes on from the run's position in the store.
+    assert rest[0][0] == first[-1][0] + 1
+    assert record["status"] == "stopped"
+    assert late.status_code == 412 and late.json()["code"] == "human_input_form_submitted"
+
+
 def test_a_stop_asked_while_its_worker_pauses_the_run_is_left_to_that_worker(
     tmp_path: Path,
 ) -> None:

@@ -35,7 +35,7 @@ class NoResume(Runs):
     def by_run_id(self, workflow_run_id):  # type: ignore[no-untyped-def]
         return None
 
-    def stop(self, task_id, *, app_id, user, reason):  # type: ignore[no-untyped-def]
+    def stop(self, task_id, *, app, user, reason):  # type: ignore[no-untyped-def]
         return False
 
     @property
