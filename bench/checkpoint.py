@@ -19,6 +19,7 @@ stop through HTTP with per-node durability.
   time on the slow one-LLM flow, the stop request timed to the stream's last
   byte; target p99 10 ms with per-node durability). The difference is what
   the durable run's end (its record over its checkpoint) costs on the stop path.
+  Then per-node durability alone: one stream at a time.
 
     python -m bench.checkpoint [--repeat 9] [--resumes 200] [--stops 100]
 """
@@ -259,28 +260,33 @@ def _serve(workdir: Path, model_url: str, durability: str) -> tuple[subprocess.P
 
 
 def stop_path(stops: int, workdir: Path) -> None:
-    results: dict[str, list[float]] = {}
+    """Each durability with 20 streams in flight, then per-node durability alone
+    (one stream at a time: nothing else on the server when its stop comes)."""
+    results: dict[tuple[str, int], list[float]] = {}
     interval = f"--interval={serve_bench.INTERVAL_S}"
     with ServerProcess("slow", interval, f"--frames={serve_bench.FRAMES}") as model:
-        for durability in ("node", "end"):
+        for durability, in_flight in (("node", 20), ("end", 20), ("node", 1)):
             process, url = _serve(workdir, model.base_url, durability)
             try:
-                stopped = serve_bench._child("--variant=stop", f"--url={url}", f"--streams={stops}")
+                stopped = serve_bench._child(
+                    "--variant=stop", f"--url={url}", f"--streams={stops}",
+                    f"--in-flight={in_flight}",
+                )  # fmt: skip
             finally:
                 process.send_signal(signal.SIGTERM)
                 process.wait(timeout=60)
-            results[durability] = stopped["stop_to_end_s"]
-    for durability in ("node", "end"):
-        values = results[durability]
+            results[durability, in_flight] = stopped["stop_to_end_s"]
+    for (durability, in_flight), values in results.items():
         p50, p99 = percentile(values, 50), percentile(values, 99)
         verdict = ""
         if durability == "node":
             verdict = f"  [{'ok' if p99 <= STOP_TARGET_S else 'MISSED (target p99 10 ms)'}]"
         line(
-            f"stop -> end of stream over HTTP, durability {durability:4s} ({len(values)} streams):"
-            f" p50 {ms(p50)}  p99 {ms(p99)}{verdict}"
+            f"stop -> end of stream over HTTP, durability {durability:4s},"
+            f" {'alone' if in_flight == 1 else f'{in_flight} in flight'}"
+            f" ({len(values)} streams): p50 {ms(p50)}  p99 {ms(p99)}{verdict}"
         )
-    node50, end50 = percentile(results["node"], 50), percentile(results["end"], 50)
+    node50, end50 = percentile(results["node", 20], 50), percentile(results["end", 20], 50)
     line(f"what per-node durability adds to the stop path (p50): {ms(node50 - end50)}")
 
 

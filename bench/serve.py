@@ -308,13 +308,14 @@ def main() -> None:
     parser.add_argument("--url")
     parser.add_argument("--dir")
     parser.add_argument("--gevent", action="store_true")
+    parser.add_argument("--in-flight", type=int, default=20, help="stop: streams at a time")
     args = parser.parse_args()
     if args.variant == "inprocess":
         print(json.dumps(run_inprocess(args.url, args.streams, Path(args.dir))))
         return
     if args.variant in ("client", "stop"):
         stop = args.variant == "stop"
-        result = run_client(args.url, args.streams, 20 if stop else args.streams, stop)
+        result = run_client(args.url, args.streams, args.in_flight if stop else args.streams, stop)
         print(json.dumps(result))
         return
     print(
