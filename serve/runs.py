@@ -42,6 +42,8 @@ log = logging.getLogger("firstgate.serve")
 
 # How long a finished run's events stay readable (a blocking caller, a late reader).
 KEEP_FINISHED_S = 300.0
+# How long the server is idle before its runs' garbage is collected (`_ended`).
+IDLE_COLLECT_S = 0.05
 
 
 class EventSource(ABC):
@@ -278,6 +280,21 @@ def drain_run(
         on_end()
 
 
+def _handle(
+    app: App, info: RunInfo, user: str, stream: EventStream, stop: Callable[[str], None]
+) -> RunHandle:
+    return RunHandle(
+        task_id=info.task_id,
+        workflow_run_id=info.workflow_run_id,
+        app_stem=app.stem,
+        app_id=info.app_id,
+        user=user,
+        chat=info.chat,
+        stream=stream,
+        stop=stop,
+    )
+
+
 def _give_up(store: Store, run_id: str, reason: str) -> None:
     """An interrupted run that cannot be resumed ends `failed`, saying why."""
     log.warning("run %s cannot be resumed: %s", run_id, reason)
@@ -330,25 +347,16 @@ class RunManager(Runs):
         self._idle = threading.Condition(self._lock)
         self._active = 0
         self._paused: set[str] = set()  # task ids of runs paused here (nothing runs them)
+        self._garbage = False  # runs ended since the last idle collection
+        self._collector: threading.Thread | None = None
         self.accepting = True
 
     def start(self, app: App, request: RunRequest) -> RunHandle:
         run = self.launcher.open(app, request)
-        info = run.info
-        handle = RunHandle(
-            task_id=info.task_id,
-            workflow_run_id=info.workflow_run_id,
-            app_stem=app.stem,
-            app_id=info.app_id,
-            user=request.user,
-            chat=info.chat,
-            stream=EventStream(),
-            stop=run.abort,
-        )
+        handle = _handle(app, run.info, request.user, EventStream(), run.abort)
         with self._lock:
             self._forget_old()
-            self._runs[handle.task_id] = handle
-            self._by_run_id[handle.workflow_run_id] = handle.task_id
+            self._register(handle)
             self._active += 1
         self.executor.execute(run, handle.stream, lambda: self._ended(handle, run.info))
         return handle
@@ -363,18 +371,9 @@ class RunManager(Runs):
             handle = self._runs.get(task_id) if task_id else None
             if handle is None or handle.stream.ended:
                 # Paused in another process (or long ago): a stream from here on.
-                handle = RunHandle(
-                    task_id=info.task_id,
-                    workflow_run_id=info.workflow_run_id,
-                    app_stem=app.stem,
-                    app_id=info.app_id,
-                    user=info.user_id,
-                    chat=info.chat,
-                    stream=EventStream(first=run.position),
-                    stop=run.abort,
-                )
-                self._runs[handle.task_id] = handle
-                self._by_run_id[handle.workflow_run_id] = handle.task_id
+                fresh = EventStream(first=run.position)
+                handle = _handle(app, info, info.user_id, fresh, run.abort)
+                self._register(handle)
             else:
                 handle.stop = run.abort
             self._paused.discard(handle.task_id)
@@ -385,20 +384,9 @@ class RunManager(Runs):
 
     def adopt(self, app: App, run: WorkflowRun, user: str) -> RunHandle:
         """Execute an already started `run` here (one resumed from its checkpoint)."""
-        info = run.info
-        handle = RunHandle(
-            task_id=info.task_id,
-            workflow_run_id=info.workflow_run_id,
-            app_stem=app.stem,
-            app_id=info.app_id,
-            user=user,
-            chat=info.chat,
-            stream=EventStream(),
-            stop=run.abort,
-        )
+        handle = _handle(app, run.info, user, EventStream(), run.abort)
         with self._lock:
-            self._runs[handle.task_id] = handle
-            self._by_run_id[handle.workflow_run_id] = handle.task_id
+            self._register(handle)
             self._active += 1
         self.executor.execute(run, handle.stream, lambda: self._ended(handle, run.info))
         return handle
@@ -437,12 +425,31 @@ class RunManager(Runs):
                 self._paused.add(handle.task_id)
                 handle.stop = functools.partial(self._stop_paused, handle, info)
             self._active -= 1
-            idle = self._active == 0
+            if self._active == 0:
+                self._garbage = True
+                if self._collector is None:
+                    self._collector = threading.Thread(
+                        target=self._collect_when_idle, name="firstgate-idle-gc", daemon=True
+                    )
+                    self._collector.start()
             self._idle.notify_all()
-        if idle:
-            # The runs' cyclic garbage is collected now, while nothing runs: the
-            # full pass it needs would otherwise land in the middle of a later
-            # stream (or a stop) as a pause of hundreds of milliseconds.
+
+    def _collect_when_idle(self) -> None:
+        """The runs' cyclic garbage, collected while nothing runs: the full pass it
+        needs would otherwise land in the middle of a later stream (or a stop) as a
+        pause of hundreds of milliseconds. Only once the server has been idle
+        `IDLE_COLLECT_S`: at once, it would hold back the last bytes of the stream
+        that just ended (its writer runs after the run's own thread)."""
+        while True:
+            with self._lock:
+                while not (self._garbage and self._active == 0):
+                    self._idle.wait()
+                quiet_until = time.monotonic() + IDLE_COLLECT_S
+                while self._active == 0 and (left := quiet_until - time.monotonic()) > 0:
+                    self._idle.wait(left)
+                if self._active:
+                    continue  # a run started: collected when the server is idle again
+                self._garbage = False
             gc.collect()
 
     def _stop_paused(self, handle: RunHandle, info: RunInfo, reason: str) -> None:
@@ -462,6 +469,11 @@ class RunManager(Runs):
         assert isinstance(stream, EventStream)
         if self._end_paused is not None:
             self._end_paused(self.launcher.store, stream, info, reason)
+
+    def _register(self, handle: RunHandle) -> None:
+        """`handle` found by its task and run ids (under the lock)."""
+        self._runs[handle.task_id] = handle
+        self._by_run_id[handle.workflow_run_id] = handle.task_id
 
     def _forget_old(self) -> None:
         now = time.monotonic()
@@ -503,20 +515,11 @@ class RunManager(Runs):
         info = snapshot.run.info()
         if info.app_id != app.workflow.app_id or info.user_id != user:
             return False
-        handle = RunHandle(
-            task_id=info.task_id,
-            workflow_run_id=info.workflow_run_id,
-            app_stem=app.stem,
-            app_id=info.app_id,
-            user=user,
-            chat=info.chat,
-            stream=EventStream(first=record.position),
-            stop=_already_ended,
-            stopped_by=reason,
-        )
+        stream = EventStream(first=record.position)
+        handle = _handle(app, info, user, stream, _already_ended)
+        handle.stopped_by = reason
         with self._lock:
-            self._runs[handle.task_id] = handle
-            self._by_run_id[handle.workflow_run_id] = handle.task_id
+            self._register(handle)
         self._end_paused(self.launcher.store, handle.stream, info, reason)
         return True
 

@@ -235,6 +235,24 @@ def test_a_form_that_times_out_after_the_runs_redis_keys_are_gone_resumes_it(
     assert record["status"] == "succeeded" and record["outputs"] == {"outcome": "__timeout"}
 
 
+def _stop_as_ann(http: httpx.Client, client: redis.Redis, path: str, task_id: str) -> None:
+    """Bob's stop leaves ann's paused run paused; hers ends it before the reply."""
+    wrong_user = http.post(path, json={"user": "bob"})
+    assert wrong_user.status_code == 200
+    assert client.hget(run_key(task_id), "state") == b"paused"  # not bob's to stop
+    stopped = http.post(path, json={"user": "ann"})
+    assert stopped.status_code == 200 and stopped.json() == {"result": "success"}
+    # At once: by the time the reply came, the run had ended.
+    assert client.hget(run_key(task_id), "state") == b"finished"
+
+
+def _late_answer(http: httpx.Client, token: str) -> httpx.Response:
+    return http.post(
+        f"/v1/form/human_input/{token}",
+        json={"inputs": {"note": "late"}, "action": "ok", "user": "ann"},
+    )
+
+
 @pytest.mark.parametrize("chat", [False, True], ids=["workflow", "chatflow"])
 def test_a_paused_run_stopped_through_another_api_process_ends_at_once(
     tmp_path: Path,
@@ -254,19 +272,10 @@ def test_a_paused_run_stopped_through_another_api_process_ends_at_once(
         first = _pause(first_api, client, path, body)
         task_id, run_id = first[0][1]["task_id"], first[-1][1]["workflow_run_id"]
         token = first[-2][1]["data"]["form_token"]
-        wrong_user = second_api.post(stop.format(task_id), json={"user": "bob"})
-        assert wrong_user.status_code == 200
-        assert client.hget(run_key(task_id), "state") == b"paused"  # not bob's to stop
-        stopped = second_api.post(stop.format(task_id), json={"user": "ann"})
-        assert stopped.status_code == 200 and stopped.json() == {"result": "success"}
-        # At once: by the time the reply came, the run had ended.
-        assert client.hget(run_key(task_id), "state") == b"finished"
+        _stop_as_ann(second_api, client, stop.format(task_id), task_id)
         rest = _follow(first_api, run_id)
         record = first_api.get(f"/v1/workflows/run/{run_id}").json()
-        late = first_api.post(
-            f"/v1/form/human_input/{token}",
-            json={"inputs": {"note": "late"}, "action": "ok", "user": "ann"},
-        )
+        late = _late_answer(first_api, token)
         shown = first_api.get(f"/v1/form/human_input/{token}")
     store = open_store(postgres_url)
     try:
@@ -298,18 +307,10 @@ def test_a_paused_run_whose_redis_keys_are_gone_is_stopped_by_its_task_id(
         task_id, run_id = first[0][1]["task_id"], first[-1][1]["workflow_run_id"]
         token = first[-2][1]["data"]["form_token"]
         _forget(client, task_id, run_id)
-        wrong_user = http.post(stop.format(task_id), json={"user": "bob"})
-        assert wrong_user.status_code == 200
-        assert client.hget(run_key(task_id), "state") == b"paused"  # written again, kept
-        stopped = http.post(stop.format(task_id), json={"user": "ann"})
-        assert stopped.status_code == 200 and stopped.json() == {"result": "success"}
-        assert client.hget(run_key(task_id), "state") == b"finished"
+        _stop_as_ann(http, client, stop.format(task_id), task_id)  # written to Redis again
         rest = _follow(http, run_id)
         record = http.get(f"/v1/workflows/run/{run_id}").json()
-        late = http.post(
-            f"/v1/form/human_input/{token}",
-            json={"inputs": {"note": "late"}, "action": "ok", "user": "ann"},
-        )
+        late = _late_answer(http, token)
     ended = [e for _, e in rest if e["event"] == "workflow_finished"]
     assert [e["data"]["status"] for e in ended] == ["stopped"], [e["event"] for _, e in rest]
     assert ended[0]["task_id"] == task_id

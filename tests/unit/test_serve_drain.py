@@ -1,7 +1,8 @@
 """`drain_run`, serve's loop from a run to its event stream: a failure outside
 the engine ends the stream with Dify's 500 event in our words, and what the
 exception said goes to the log only; a real run's timeline is in the store
-before its last event goes out."""
+before its last event goes out. When the last run in flight ends, the idle
+garbage collection comes a moment later, not before that stream's last bytes."""
 
 from __future__ import annotations
 
@@ -82,3 +83,46 @@ def test_the_timeline_is_kept_before_the_last_event_goes_out(tmp_path: Path) -> 
         assert [e["event"] for e in kept][-1] == "workflow_finished"
     finally:
         store.close()
+
+
+def _ended_alone(manager: Any) -> None:
+    """One run in flight ends (its stream ended): the server falls idle."""
+    from firstgate.serve.runs import RunHandle
+
+    stream = EventStream()
+    stream.end()
+    handle = RunHandle(
+        task_id="t", workflow_run_id="r", app_stem="a", app_id="app", user="u", chat=False,
+        stream=stream, stop=lambda reason: None,
+    )  # fmt: skip
+    manager._active = 1
+    manager._ended(handle, _BrokenRun().info)
+
+
+def test_the_idle_collection_waits_for_the_last_bytes_of_the_stream_that_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Collected at once, the full pass held back what the ended stream's writer
+    still had to send (a stop's `workflow_finished`); a run started meanwhile
+    means the server is not idle after all: no pass."""
+    import time
+
+    from firstgate.serve import runs
+
+    collected: list[float] = []
+    monkeypatch.setattr(runs.gc, "collect", lambda *a: collected.append(time.monotonic()))
+    manager = runs.RunManager(SimpleNamespace())  # type: ignore[arg-type]
+    started = time.monotonic()
+    _ended_alone(manager)
+    assert collected == []  # not in the ended run's own thread, before its writer
+    give_up = time.monotonic() + 5
+    while not collected and time.monotonic() < give_up:
+        time.sleep(0.01)
+    assert len(collected) == 1 and collected[0] - started >= runs.IDLE_COLLECT_S
+    collected.clear()
+    _ended_alone(manager)
+    time.sleep(runs.IDLE_COLLECT_S / 2)  # the collector waits out the quiet moment
+    with manager._lock:
+        manager._active += 1  # the next run started before the pass was due
+    time.sleep(runs.IDLE_COLLECT_S * 4)
+    assert collected == []
