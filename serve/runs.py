@@ -44,6 +44,8 @@ log = logging.getLogger("firstgate.serve")
 KEEP_FINISHED_S = 300.0
 # How long the server is idle before its runs' garbage is collected (`_ended`).
 IDLE_COLLECT_S = 0.05
+# How long a stop waits for a run that just paused to be let go by its engine.
+PAUSE_SETTLE_S = 5.0
 
 
 class EventSource(ABC):
@@ -137,6 +139,10 @@ class EventStream(EventSource):
     @property
     def first(self) -> int:
         return self._first
+
+    def last_is_pause(self) -> bool:
+        with self._changed:
+            return bool(self._events) and is_pause(self._events[-1])
 
 
 @dataclass(slots=True)
@@ -280,6 +286,12 @@ def drain_run(
         on_end()
 
 
+def _pausing(handle: RunHandle) -> bool:
+    """Whether the run's last event so far is `workflow_paused`."""
+    stream = handle.stream
+    return isinstance(stream, EventStream) and stream.last_is_pause()
+
+
 def _handle(
     app: App, info: RunInfo, user: str, stream: EventStream, stop: Callable[[str], None]
 ) -> RunHandle:
@@ -378,6 +390,7 @@ class RunManager(Runs):
                 handle.stop = run.abort
             self._paused.discard(handle.task_id)
             self._active += 1
+            self._idle.notify_all()  # a stop waiting for the pause to settle takes this run
         stream = handle.stream
         assert isinstance(stream, EventStream)
         self.executor.execute(run, stream, lambda: self._ended(handle, run.info))
@@ -501,7 +514,18 @@ class RunManager(Runs):
         if handle.stream.ended:
             return False
         handle.stopped_by = reason
-        handle.stop(reason)
+        with self._lock:
+            # Paused, its engine still letting go (`workflow_paused` out, `_ended`
+            # not run yet): the stop waits for `_ended`, or it would go to an engine
+            # that no longer runs the run, and be lost.
+            first, give_up = handle.stop, time.monotonic() + PAUSE_SETTLE_S
+            while handle.stop is first and handle.task_id not in self._paused and _pausing(handle):
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    break
+                self._idle.wait(left)
+            stop = handle.stop
+        stop(reason)
         return True
 
     def _stop_stored(self, task_id: str, *, app: App, user: str, reason: str) -> bool:

@@ -126,3 +126,40 @@ def test_the_idle_collection_waits_for_the_last_bytes_of_the_stream_that_ended(
         manager._active += 1  # the next run started before the pass was due
     time.sleep(runs.IDLE_COLLECT_S * 4)
     assert collected == []
+
+
+def test_a_stop_right_after_the_pause_waits_for_the_engine_to_let_the_run_go() -> None:
+    """`workflow_paused` is out, the engine still cleaning up: a stop then went to
+    the engine, which no longer ran the run, and was lost (the run stayed paused).
+    It waits for `_ended`, and the run is ended where it waits."""
+    import threading
+    import time
+
+    from firstgate.serve import runs
+    from firstgate.serve.runs import RunHandle
+
+    ended_paused: list[str] = []
+    aborted: list[str] = []
+    manager = runs.RunManager(
+        SimpleNamespace(store=None),  # type: ignore[arg-type]
+        end_paused=lambda store, sink, info, reason: ended_paused.append(reason),
+    )
+    stream = EventStream()
+    stream.publish({"event": "workflow_paused", "data": {}})
+    info = _BrokenRun().info
+    handle = RunHandle(
+        task_id=info.task_id, workflow_run_id="r", app_stem="a", app_id="app", user="u",
+        chat=False, stream=stream, stop=aborted.append,
+    )  # fmt: skip
+    with manager._lock:
+        manager._register(handle)
+        manager._active = 1
+    app = SimpleNamespace(workflow=SimpleNamespace(app_id="app"))
+    stopper = threading.Thread(
+        target=manager.stop, args=("task-1",), kwargs={"app": app, "user": "u", "reason": "stop"}
+    )
+    stopper.start()
+    time.sleep(0.1)  # the engine lets go a moment later
+    manager._ended(handle, info)
+    stopper.join(5)
+    assert ended_paused == ["stop"] and aborted == []
