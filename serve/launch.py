@@ -145,7 +145,7 @@ class Launcher:
             )
 
     def has_checkpoint(self, run_id: str) -> bool:
-        return self.store.checkpoint(run_id) is not None
+        return self.store.checkpoint(run_id, whole=False) is not None
 
     def resume_form(self, app: App, form: FormRecord) -> WorkflowRun:
         """The paused run of a closed human-input form, resumed here with the

@@ -532,8 +532,10 @@ class RunManager(Runs):
         """A run this process has no handle of (it paused before this process
         started): when it waits paused in the store, it ends here, its stream
         (from the position it paused at) here for whoever follows it."""
+        if self._end_paused is None:
+            return False
         found = paused_of_task(self.launcher.store, task_id)
-        if found is None or self._end_paused is None:
+        if found is None:
             return False
         snapshot, record = found
         info = snapshot.run.info()

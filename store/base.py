@@ -313,7 +313,9 @@ class Store(ABC):
         the row it replaces is this writer's); None: the record's owner."""
 
     @abstractmethod
-    def checkpoint(self, run_id: str) -> CheckpointRecord | None: ...
+    def checkpoint(self, run_id: str, *, whole: bool = True) -> CheckpointRecord | None:
+        """The unfinished run's checkpoint; not `whole`: its row alone (head, status,
+        holder), without its parts and the node executions holding outputs."""
 
     @abstractmethod
     def checkpoints(self, status: str | None = None) -> list[CheckpointRecord]:

@@ -505,13 +505,13 @@ class RelationalStore(Store):
             ),
         )
 
-    def checkpoint(self, run_id: str) -> CheckpointRecord | None:
+    def checkpoint(self, run_id: str, *, whole: bool = True) -> CheckpointRecord | None:
         with self.db.read() as tx:
             row = tx.execute(
                 f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
             ).fetchone()
-            if row is None:
-                return None
+            if row is None or not whole:
+                return CheckpointRecord(*row) if row is not None else None
             parts = tx.execute(
                 "SELECT part, value FROM run_checkpoint_parts WHERE run_id = ?", (run_id,)
             ).fetchall()

@@ -480,7 +480,7 @@ def head(store: Store, run_id: str) -> tuple[Snapshot, CheckpointRecord] | None:
     """The run's latest checkpoint as its head stands (ids, position, the report's
     totals; not its finished nodes' outputs, which `read` adds), None when it has
     none."""
-    record = store.checkpoint(run_id)
+    record = store.checkpoint(run_id, whole=False)
     if record is None:
         return None
     return load(record.snapshot), record

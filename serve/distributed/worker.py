@@ -218,7 +218,7 @@ class WorkerRuntime:
         finished goes on from a later checkpoint, without it)."""
         if not form_token:
             return None
-        checkpoint = self.launcher.store.checkpoint(run_id)
+        checkpoint = self.launcher.store.checkpoint(run_id, whole=False)
         form = self.launcher.store.form(form_token)
         if checkpoint is None or checkpoint.status != PAUSED or form is None:
             return None

@@ -618,6 +618,9 @@ def test_a_finished_nodes_outputs_are_stored_once(tmp_path: Path, location: str)
             executions = {n.node_id: n for n in store.run(run.run_id).nodes}
             assert record.held["before"] == executions["before"].id
             assert "record:before" not in record.parts
+            row = store.checkpoint(run.run_id, whole=False)  # the head alone: no parts read
+            assert row is not None and row.snapshot == record.snapshot
+            assert not row.held and not row.parts
             assert executions["before"].outputs == {"output": "before a"}
             assert "outputs:before" not in record.parts
             assert secret not in json.dumps(executions["masked"].outputs)  # masked there
