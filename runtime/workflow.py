@@ -388,6 +388,11 @@ class Workflow:
             )
             if record is None:
                 raise CheckpointError("errors.checkpoint.busy", run=snapshot.run.workflow_run_id)
+            if isinstance(source, str) and record.position != snapshot.position:
+                # The claim applied what the run's journal held (its process died before
+                # its tables caught up): the run goes on from there.
+                snapshot, record = read_checkpoint(store, source)
+                check_graph(snapshot, self.graph_hash, self.name)
         info = snapshot.run.info()
         options = replace(
             options,

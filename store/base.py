@@ -304,13 +304,17 @@ class Store(ABC):
         nodes: Sequence[NodeExecutionRecord] = (),
         *,
         writer: str | None = None,
+        journal: bool = False,
     ) -> None:
         """Write an unfinished run's checkpoint (replacing its last one; its `parts`
         are added to those written before), with `run` its run row (and the node
         executions in it), and `nodes`, in one transaction. Refused (StoreError)
         when the run has ended or another writer holds its checkpoint. `writer`:
         who writes it (a pause lets the run go, so its record names no owner, but
-        the row it replaces is this writer's); None: the record's owner."""
+        the row it replaces is this writer's); None: the record's owner.
+        `journal`: a running run's checkpoint that may be made durable in the
+        run's journal and reach the tables a moment later (`store.run_journal`;
+        a store without journals writes it at once)."""
 
     @abstractmethod
     def checkpoint(self, run_id: str, *, whole: bool = True) -> CheckpointRecord | None:

@@ -30,9 +30,10 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
+from firstgate.store import run_journal
 from firstgate.store.base import (
     AGENT_NODE_TYPE,
     FORM_SUBMITTED,
@@ -136,21 +137,71 @@ def conversation_name(query: str) -> str:
 
 
 class RelationalStore(Store):
-    def __init__(self, db: Database, migrations: Sequence[str], where: str) -> None:
+    def __init__(
+        self,
+        db: Database,
+        migrations: Sequence[str],
+        where: str,
+        journal: run_journal.RunJournal | None = None,
+    ) -> None:
         self.db = db
         self.where = where  # for messages: a path, or a URL without its password
+        self.journal = journal  # a backend's run journals (`store.run_journal`), if it keeps them
         self._migrate(migrations)
+
+    # ---- transactions: what a run's journal holds reaches the tables first
+
+    @contextmanager
+    def _transaction(self, *, leases: bool = False) -> Iterator[Tx]:
+        self._catch_up()
+        with self.db.transaction(leases=leases) as tx:
+            yield tx
+
+    @contextmanager
+    def _reading(self) -> Iterator[Tx]:
+        self._catch_up()
+        with self.db.read() as tx:
+            yield tx
+
+    def _catch_up(self) -> None:
+        """Every journaled checkpoint of this store into the tables (a failure is the
+        run's: it is told with its next checkpoint)."""
+        journal = self.journal
+        if journal is None or not journal.has_pending:
+            return
+        with journal.lock:
+            for run_id in journal.pending_runs():
+                try:
+                    self._flush(run_id)
+                except Exception as exc:  # noqa: BLE001 - the run's own error, not this caller's
+                    journal.failed(run_id, exc)
+
+    def _flush(self, run_id: str) -> None:
+        journal = self.journal
+        if journal is None:
+            return
+        with journal.lock:
+            pending = journal.take(run_id)
+            if pending is None:
+                return
+            try:
+                with self.db.transaction() as tx:
+                    self._apply_checkpoint(
+                        tx, pending.record(), pending.run, pending.nodes, pending.writer
+                    )
+            finally:
+                journal.done(pending)  # in the tables, or refused there: it never will be
 
     # ---- schema
 
     def schema_version(self) -> int:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             row = tx.execute("SELECT version FROM schema_version").fetchone()
         return int(row[0]) if row else 0
 
     def _migrate(self, migrations: Sequence[str]) -> None:
         # Under the lease lock: `CREATE TABLE IF NOT EXISTS` alone races in PostgreSQL.
-        with self.db.transaction(leases=True) as tx:
+        with self._transaction(leases=True) as tx:
             tx.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             if tx.execute("SELECT version FROM schema_version").fetchone() is None:
                 tx.execute("INSERT INTO schema_version (version) VALUES (0)")
@@ -160,7 +211,7 @@ class RelationalStore(Store):
                 "errors.store.newerSchema", path=self.where, found=current, known=len(migrations)
             )
         for version in range(current + 1, len(migrations) + 1):
-            with self.db.transaction(leases=True) as tx:
+            with self._transaction(leases=True) as tx:
                 # Another process may have applied it since we looked: the lock is
                 # ours now, so this second look is the one that counts.
                 (applied,) = tx.execute("SELECT version FROM schema_version").fetchone() or (0,)
@@ -186,7 +237,7 @@ class RelationalStore(Store):
         owner = owner or owner_token()
         give_up = time.monotonic() + max(0.0, wait_seconds)
         while True:
-            with self.db.transaction(leases=True) as tx:
+            with self._transaction(leases=True) as tx:
                 row = tx.execute(
                     "SELECT app_id, user_id FROM conversations WHERE id = ?", (conversation_id,)
                 ).fetchone()
@@ -275,7 +326,7 @@ class RelationalStore(Store):
         return thoughts, files
 
     def _release(self, conversation_id: str, owner: str) -> None:
-        with self.db.transaction(leases=True) as tx:
+        with self._transaction(leases=True) as tx:
             tx.execute(
                 "DELETE FROM conversation_leases WHERE conversation_id = ? AND owner = ?",
                 (conversation_id, owner),
@@ -284,7 +335,7 @@ class RelationalStore(Store):
     def _commit_turn(self, turn: _RelationalTurn, result: TurnResult) -> None:
         state = turn.state
         message = result.message
-        with self.db.transaction(leases=True) as tx:
+        with self._transaction(leases=True) as tx:
             held = tx.execute(
                 "SELECT owner FROM conversation_leases WHERE conversation_id = ?",
                 (state.conversation_id,),
@@ -354,12 +405,14 @@ class RelationalStore(Store):
                 "DELETE FROM conversation_leases WHERE conversation_id = ? AND owner = ?",
                 (state.conversation_id, turn.owner),
             )
+        self._ended(result.run.id)
 
     # ---- runs
 
     def record_run(self, run: RunRecord) -> None:
-        with self.db.transaction() as tx:
+        with self._transaction() as tx:
             self._insert_run(tx, run, None)
+        self._ended(run.id)
 
     def _insert_run(self, tx: Tx, run: RunRecord, conversation_id: str | None) -> None:
         """A run that ended: its record (over what its checkpoints wrote), and its
@@ -375,38 +428,13 @@ class RelationalStore(Store):
 
     def _write_run(self, tx: Tx, run: RunRecord, conversation_id: str | None) -> None:
         # An upsert: a durable run's row and node executions are written while it runs.
-        tx.execute(
-            "INSERT INTO workflow_runs (id, app_id, workflow_id, mode, user_id, conversation_id, "
-            "status, inputs, outputs, error, elapsed_time, total_tokens, total_steps, "
-            "exceptions_count, created_at, finished_at, triggered_from) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET conversation_id = excluded.conversation_id, "
-            "status = excluded.status, outputs = excluded.outputs, error = excluded.error, "
-            "elapsed_time = excluded.elapsed_time, total_tokens = excluded.total_tokens, "
-            "total_steps = excluded.total_steps, exceptions_count = excluded.exceptions_count, "
-            "finished_at = excluded.finished_at",
-            (
-                run.id,
-                run.app_id,
-                run.workflow_id,
-                run.mode,
-                run.user_id,
-                conversation_id,
-                run.status,
-                _dump(run.inputs),
-                _dump(run.outputs),
-                run.error,
-                run.elapsed_time,
-                run.total_tokens,
-                run.total_steps,
-                run.exceptions_count,
-                run.created_at,
-                run.finished_at,
-                run.triggered_from,
-            ),
-        )
+        tx.execute(_RUN_UPSERT, _run_row(run, conversation_id))
+        self._write_run_children(tx, run)
+
+    def _write_run_children(self, tx: Tx, run: RunRecord) -> None:
+        """A run record's node executions and files."""
         if run.nodes:
-            self._write_nodes(tx, run.id, run.nodes)
+            _write_nodes(tx, run.id, run.nodes)
         if run.files:
             tx.executemany(
                 "INSERT INTO files (id, workflow_run_id, variable, belongs_to, filename, "
@@ -415,21 +443,6 @@ class RelationalStore(Store):
                 "ON CONFLICT (workflow_run_id, id) DO NOTHING",
                 [_file_row(run.id, file) for file in run.files],
             )
-
-    def _write_nodes(
-        self,
-        tx: Tx,
-        run_id: str,
-        nodes: Sequence[NodeExecutionRecord],
-        held: Collection[str] = (),
-    ) -> None:
-        """Upsert node executions; `held`: the ids of those that hold their node's
-        checkpoint outputs (`CheckpointRecord.held`)."""
-        if len(nodes) == 1:
-            tx.execute(_NODE_UPSERT, _node_row(run_id, nodes[0], nodes[0].id in held))
-        else:
-            rows = [_node_row(run_id, node, node.id in held) for node in nodes]
-            tx.executemany(_NODE_UPSERT, rows)
 
     # ---- checkpoints
 
@@ -440,40 +453,60 @@ class RelationalStore(Store):
         nodes: Sequence[NodeExecutionRecord] = (),
         *,
         writer: str | None = None,
+        journal: bool = False,
     ) -> None:
-        now = time.time()
         writer = writer if writer is not None else checkpoint.owner
+        runs = self.journal
+        if runs is not None:
+            run_id = checkpoint.run_id
+            runs.raise_failed(run_id)
+            bare = run is None or not (run.nodes or run.files)
+            if journal and bare and checkpoint.status == "running" and runs.may_hold(run_id):
+                if runs.append(checkpoint, writer, run, nodes).due(time.monotonic()):
+                    self._flush(run_id)
+                return
+            self._flush(run_id)  # what the journal holds goes first
         with self.db.transaction() as tx:
-            # The common case is one UPDATE: the row is there and held by this writer.
-            updated = tx.execute(
-                "UPDATE run_checkpoints SET status = ?, version = ?, position = ?, snapshot = ?, "
-                "owner = ?, lease_expires_at = ?, updated_at = ? "
-                "WHERE run_id = ? AND (owner IS NULL OR owner = ?)",
-                (
-                    checkpoint.status,
-                    checkpoint.version,
-                    checkpoint.position,
-                    checkpoint.snapshot,
-                    checkpoint.owner,
-                    checkpoint.lease_expires_at,
-                    now,
-                    checkpoint.run_id,
-                    writer,
-                ),
-            ).rowcount
-            if updated == 0:
-                self._first_checkpoint(tx, checkpoint, now)
-            for name, value in checkpoint.parts.items():
-                tx.execute(
-                    "INSERT INTO run_checkpoint_parts (run_id, part, value) VALUES (?, ?, ?) "
-                    "ON CONFLICT (run_id, part) DO UPDATE SET value = excluded.value",
-                    (checkpoint.run_id, name, value),
-                )
-            if run is not None:
-                self._write_run(tx, run, None)
-            if nodes:
-                held = set(checkpoint.held.values())
-                self._write_nodes(tx, checkpoint.run_id, nodes, held)
+            self._apply_checkpoint(tx, checkpoint, run, nodes, writer)
+        if runs is not None:
+            runs.committed(checkpoint.run_id)
+
+    def _apply_checkpoint(
+        self,
+        tx: Tx,
+        checkpoint: CheckpointRecord,
+        run: RunRecord | None,
+        nodes: Sequence[NodeExecutionRecord],
+        writer: str | None,
+    ) -> None:
+        """One checkpoint into the tables: its head over the last (refused when the
+        run ended or another writer holds it), its parts, the run's row (and what
+        node executions and files its record has) and `nodes`, those holding
+        their node's outputs marked."""
+        now = time.time()
+        # The common case is one UPDATE: the row is there and held by this writer.
+        updated = tx.execute(
+            "UPDATE run_checkpoints SET status = ?, version = ?, position = ?, snapshot = ?, "
+            "owner = ?, lease_expires_at = ?, updated_at = ? "
+            "WHERE run_id = ? AND (owner IS NULL OR owner = ?)",
+            (
+                checkpoint.status,
+                checkpoint.version,
+                checkpoint.position,
+                checkpoint.snapshot,
+                checkpoint.owner,
+                checkpoint.lease_expires_at,
+                now,
+                checkpoint.run_id,
+                writer,
+            ),
+        ).rowcount
+        if updated == 0:
+            self._first_checkpoint(tx, checkpoint, now)
+        _write_parts(tx, checkpoint)
+        if run is not None:
+            self._write_run(tx, run, None)
+        _write_nodes(tx, checkpoint.run_id, nodes, set(checkpoint.held.values()))
 
     def _first_checkpoint(self, tx: Tx, checkpoint: CheckpointRecord, now: float) -> None:
         """No checkpoint row this writer may update: the run's first, unless the run
@@ -506,7 +539,7 @@ class RelationalStore(Store):
         )
 
     def checkpoint(self, run_id: str, *, whole: bool = True) -> CheckpointRecord | None:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             row = tx.execute(
                 f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -524,7 +557,7 @@ class RelationalStore(Store):
 
     def checkpoints(self, status: str | None = None) -> list[CheckpointRecord]:
         where, params = ("WHERE status = ?", (status,)) if status else ("", ())
-        with self.db.read() as tx:
+        with self._reading() as tx:
             rows = tx.execute(
                 f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints {where} "
                 "ORDER BY created_at, run_id",
@@ -533,7 +566,7 @@ class RelationalStore(Store):
         return [CheckpointRecord(*row) for row in rows]
 
     def checkpoint_of_task(self, task_id: str) -> CheckpointRecord | None:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             row = tx.execute(
                 f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE task_id = ?",
                 (task_id,),
@@ -550,7 +583,7 @@ class RelationalStore(Store):
         take_over: bool = False,
     ) -> CheckpointRecord | None:
         now = time.time()
-        with self.db.transaction(leases=True) as tx:
+        with self._transaction(leases=True) as tx:
             row = tx.execute(
                 f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -566,12 +599,20 @@ class RelationalStore(Store):
             )
             if found.status not in statuses or held:
                 return None
+            left = self.journal.left(run_id) if self.journal is not None else []
+            if left and _replay(tx, found, left):
+                row = tx.execute(
+                    f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?",
+                    (run_id,),
+                ).fetchone()
+                found = CheckpointRecord(*row)
             expires = now + lease_seconds
             tx.execute(
                 "UPDATE run_checkpoints SET status = 'running', owner = ?, lease_expires_at = ?, "
                 "attempts = attempts + 1, updated_at = ? WHERE run_id = ?",
                 (owner, expires, now, run_id),
             )
+        run_journal.remove(left)  # in the tables now, or never to count
         return dataclasses.replace(
             found,
             status="running",
@@ -582,12 +623,19 @@ class RelationalStore(Store):
         )
 
     def delete_checkpoint(self, run_id: str) -> None:
-        with self.db.transaction() as tx:
+        with self._transaction() as tx:
             tx.execute("DELETE FROM run_checkpoint_parts WHERE run_id = ?", (run_id,))
             tx.execute("DELETE FROM run_checkpoints WHERE run_id = ?", (run_id,))
+        self._ended(run_id)
+
+    def _ended(self, run_id: str) -> None:
+        """The run has no checkpoint any more: no journal of it counts."""
+        if self.journal is not None:
+            run_journal.remove(self.journal.left(run_id))
+            self.journal.forget(run_id)
 
     def run(self, run_id: str) -> RunRecord | None:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             row = tx.execute(
                 f"SELECT {_RUN_COLUMNS} FROM workflow_runs WHERE id = ?", (run_id,)
             ).fetchone()
@@ -630,7 +678,7 @@ class RelationalStore(Store):
         return _run(row, nodes, files)
 
     def record_timeline(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> None:
-        with self.db.transaction() as tx:
+        with self._transaction() as tx:
             tx.execute("DELETE FROM run_timelines WHERE workflow_run_id = ?", (run_id,))
             tx.execute(
                 "INSERT INTO run_timelines (workflow_run_id, events, created_at) VALUES (?, ?, ?)",
@@ -638,7 +686,7 @@ class RelationalStore(Store):
             )
 
     def timeline(self, run_id: str) -> list[dict[str, Any]] | None:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             row = tx.execute(
                 "SELECT events FROM run_timelines WHERE workflow_run_id = ?", (run_id,)
             ).fetchone()
@@ -674,7 +722,7 @@ class RelationalStore(Store):
         if created_before is not None:
             where += " AND created_at <= ?"
             params.append(created_before)
-        with self.db.read() as tx:
+        with self._reading() as tx:
             (total,) = tx.execute(
                 f"SELECT COUNT(*) FROM workflow_runs WHERE {where}", params
             ).fetchone() or (0,)
@@ -687,7 +735,7 @@ class RelationalStore(Store):
 
     def recent_runs(self, *, status: str | None, limit: int) -> list[RunRecord]:
         where, params = ("WHERE status = ?", [status]) if status else ("", [])
-        with self.db.read() as tx:
+        with self._reading() as tx:
             rows = tx.execute(
                 f"SELECT {_RUN_COLUMNS} FROM workflow_runs {where} "
                 "ORDER BY created_at DESC, id DESC LIMIT ?",
@@ -696,7 +744,7 @@ class RelationalStore(Store):
         return [_run(row, (), ()) for row in rows]
 
     def users(self, app_id: str) -> set[str]:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             rows = tx.execute(
                 "SELECT user_id FROM workflow_runs WHERE app_id = ? "
                 "UNION SELECT user_id FROM conversations WHERE app_id = ? "
@@ -708,7 +756,7 @@ class RelationalStore(Store):
     # ---- conversations and messages
 
     def messages(self, conversation_id: str) -> list[MessageRecord]:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             rows = tx.execute(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages m "
                 "JOIN workflow_runs r ON r.id = m.workflow_run_id "
@@ -720,7 +768,7 @@ class RelationalStore(Store):
     def message_page(
         self, conversation_id: str, *, before_id: str | None, limit: int
     ) -> tuple[list[MessageRecord], bool]:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             before = None
             if before_id:
                 found = tx.execute(
@@ -740,7 +788,7 @@ class RelationalStore(Store):
         return [_message(row) for row in reversed(rows[:limit])], has_more
 
     def conversation(self, conversation_id: str) -> ConversationRecord | None:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             row = tx.execute(
                 f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = ?",
                 (conversation_id,),
@@ -763,7 +811,7 @@ class RelationalStore(Store):
         order = f"{column} {'DESC' if descending else 'ASC'}, id {'DESC' if descending else 'ASC'}"
         where = "app_id = ? AND user_id = ?"
         params: list[Any] = [app_id, user_id]
-        with self.db.read() as tx:
+        with self._reading() as tx:
             if after_id:
                 anchor = tx.execute(
                     f"SELECT {column}, id FROM conversations WHERE id = ? AND {where}",
@@ -782,7 +830,7 @@ class RelationalStore(Store):
         return [_conversation(row) for row in rows[:limit]], len(rows) > limit
 
     def delete_conversation(self, conversation_id: str, *, app_id: str, user_id: str) -> bool:
-        with self.db.transaction(leases=True) as tx:
+        with self._transaction(leases=True) as tx:
             found = tx.execute(
                 "SELECT id FROM conversations WHERE id = ? AND app_id = ? AND user_id = ?",
                 (conversation_id, app_id, user_id),
@@ -810,7 +858,7 @@ class RelationalStore(Store):
         return True
 
     def variables(self, conversation_id: str) -> dict[str, VariableValue]:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             rows = tx.execute(
                 "SELECT name, value_type, value FROM conversation_variables "
                 "WHERE conversation_id = ?",
@@ -819,7 +867,7 @@ class RelationalStore(Store):
         return {name: VariableValue(kind, _load(value)) for name, kind, value in rows}
 
     def set_variable(self, conversation_id: str, name: str, value: VariableValue) -> None:
-        with self.db.transaction() as tx:
+        with self._transaction() as tx:
             tx.execute(
                 "INSERT INTO conversation_variables (conversation_id, name, value_type, value, "
                 "updated_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (conversation_id, name) "
@@ -829,14 +877,14 @@ class RelationalStore(Store):
             )
 
     def rename_conversation(self, conversation_id: str, name: str) -> None:
-        with self.db.transaction() as tx:
+        with self._transaction() as tx:
             tx.execute(
                 "UPDATE conversations SET name = ?, updated_at = ? WHERE id = ?",
                 (name, time.time(), conversation_id),
             )
 
     def message(self, message_id: str) -> MessageRecord | None:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             row = tx.execute(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages m "
                 "JOIN workflow_runs r ON r.id = m.workflow_run_id WHERE m.id = ?",
@@ -847,7 +895,7 @@ class RelationalStore(Store):
     # ---- feedbacks
 
     def feedback(self, message_id: str) -> FeedbackRecord | None:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             row = tx.execute(
                 f"SELECT {_FEEDBACK_COLUMNS} FROM message_feedbacks WHERE message_id = ?",
                 (message_id,),
@@ -858,7 +906,7 @@ class RelationalStore(Store):
         if not message_ids:
             return {}
         marks = ", ".join("?" for _ in message_ids)
-        with self.db.read() as tx:
+        with self._reading() as tx:
             rows = tx.execute(
                 f"SELECT message_id, rating FROM message_feedbacks WHERE message_id IN ({marks})",
                 tuple(message_ids),
@@ -866,7 +914,7 @@ class RelationalStore(Store):
         return {row[0]: row[1] for row in rows}
 
     def set_feedback(self, feedback: FeedbackRecord) -> None:
-        with self.db.transaction() as tx:
+        with self._transaction() as tx:
             tx.execute(
                 f"INSERT INTO message_feedbacks ({_FEEDBACK_COLUMNS}) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (message_id) DO UPDATE SET "
@@ -885,7 +933,7 @@ class RelationalStore(Store):
             )
 
     def delete_feedback(self, message_id: str) -> bool:
-        with self.db.transaction() as tx:
+        with self._transaction() as tx:
             found = tx.execute(
                 "SELECT message_id FROM message_feedbacks WHERE message_id = ?", (message_id,)
             ).fetchone()
@@ -893,7 +941,7 @@ class RelationalStore(Store):
         return found is not None
 
     def feedbacks(self, *, app_id: str, page: int, limit: int) -> list[FeedbackRecord]:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             rows = tx.execute(
                 f"SELECT {_FEEDBACK_COLUMNS} FROM message_feedbacks WHERE app_id = ? "
                 "ORDER BY updated_at DESC, message_id DESC LIMIT ? OFFSET ?",
@@ -904,7 +952,7 @@ class RelationalStore(Store):
     # ---- uploads
 
     def add_upload(self, upload: UploadRecord) -> None:
-        with self.db.transaction() as tx:
+        with self._transaction() as tx:
             tx.execute(
                 f"INSERT INTO uploads ({_UPLOAD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -921,7 +969,7 @@ class RelationalStore(Store):
             )
 
     def upload(self, upload_id: str) -> UploadRecord | None:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             row = tx.execute(
                 f"SELECT {_UPLOAD_COLUMNS} FROM uploads WHERE id = ?", (upload_id,)
             ).fetchone()
@@ -930,7 +978,7 @@ class RelationalStore(Store):
     # ---- human-input forms
 
     def add_form(self, form: FormRecord) -> None:
-        with self.db.transaction() as tx:
+        with self._transaction() as tx:
             tx.execute(
                 f"INSERT INTO human_input_forms ({_FORM_COLUMNS}) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -953,7 +1001,7 @@ class RelationalStore(Store):
             )
 
     def form(self, token: str) -> FormRecord | None:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             row = tx.execute(
                 f"SELECT {_FORM_COLUMNS} FROM human_input_forms WHERE token = ?", (token,)
             ).fetchone()
@@ -971,7 +1019,7 @@ class RelationalStore(Store):
         # One UPDATE guarded by the state and the deadline: whichever process
         # runs it first closes the form, every later one changes nothing.
         deadline = "expires_at > ?" if status == FORM_SUBMITTED else "expires_at <= ?"
-        with self.db.transaction() as tx:
+        with self._transaction() as tx:
             row = tx.execute(
                 "UPDATE human_input_forms SET status = ?, action_id = ?, submission = ?, "
                 f"closed_at = ? WHERE token = ? AND status = ? AND {deadline} RETURNING id",
@@ -988,7 +1036,7 @@ class RelationalStore(Store):
         return row is not None
 
     def due_forms(self, now: float, limit: int = 100) -> list[FormRecord]:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             rows = tx.execute(
                 f"SELECT {_FORM_COLUMNS} FROM human_input_forms "
                 "WHERE status = ? AND expires_at <= ? ORDER BY expires_at LIMIT ?",
@@ -997,7 +1045,7 @@ class RelationalStore(Store):
         return [_form(row) for row in rows]
 
     def run_forms(self, workflow_run_id: str) -> list[FormRecord]:
-        with self.db.read() as tx:
+        with self._reading() as tx:
             rows = tx.execute(
                 f"SELECT {_FORM_COLUMNS} FROM human_input_forms "
                 "WHERE workflow_run_id = ? ORDER BY created_at",
@@ -1006,14 +1054,22 @@ class RelationalStore(Store):
         return [_form(row) for row in rows]
 
     def note_form_source(self, workflow_run_id: str, source: str) -> None:
-        with self.db.transaction() as tx:
+        with self._transaction() as tx:
             tx.execute(
                 "UPDATE human_input_forms SET source = ? WHERE workflow_run_id = ?",
                 (source, workflow_run_id),
             )
 
     def close(self) -> None:
-        self.db.close()
+        try:
+            if self.journal is not None:
+                with self.journal.lock:
+                    for run_id in self.journal.pending_runs():
+                        self._flush(run_id)
+        finally:
+            if self.journal is not None:
+                self.journal.close()
+            self.db.close()
 
 
 _FORM_COLUMNS = (
@@ -1161,6 +1217,41 @@ def statements(script: str) -> Iterator[str]:
             yield part.strip()
 
 
+_RUN_UPSERT = (
+    "INSERT INTO workflow_runs (id, app_id, workflow_id, mode, user_id, conversation_id, "
+    "status, inputs, outputs, error, elapsed_time, total_tokens, total_steps, "
+    "exceptions_count, created_at, finished_at, triggered_from) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET conversation_id = excluded.conversation_id, "
+    "status = excluded.status, outputs = excluded.outputs, error = excluded.error, "
+    "elapsed_time = excluded.elapsed_time, total_tokens = excluded.total_tokens, "
+    "total_steps = excluded.total_steps, exceptions_count = excluded.exceptions_count, "
+    "finished_at = excluded.finished_at"
+)
+
+
+def _run_row(run: RunRecord, conversation_id: str | None) -> tuple[Any, ...]:
+    return (
+        run.id,
+        run.app_id,
+        run.workflow_id,
+        run.mode,
+        run.user_id,
+        conversation_id,
+        run.status,
+        _dump(run.inputs),
+        _dump(run.outputs),
+        run.error,
+        run.elapsed_time,
+        run.total_tokens,
+        run.total_steps,
+        run.exceptions_count,
+        run.created_at,
+        run.finished_at,
+        run.triggered_from,
+    )
+
+
 _NODE_UPSERT = (
     "INSERT INTO node_executions (id, workflow_run_id, idx, node_id, node_type, title, "
     "predecessor_node_id, status, inputs, process_data, outputs, error, elapsed_time, "
@@ -1211,3 +1302,57 @@ def _file_row(run_id: str, file: FileRecord) -> tuple[Any, ...]:
         file.remote_url,
         file.path,
     )
+
+
+def _replay(tx: Tx, found: CheckpointRecord, paths: Sequence[Any]) -> bool:
+    """Apply the journaled checkpoints another process left (it died, or lost its
+    hold) under the claim of `found`: those of the writer that holds it, node
+    executions and parts as they are, the head when it is newer than the row's.
+    True when the head moved."""
+    position, moved = found.position, False
+    for path in paths:
+        for entry in run_journal.read(path):
+            if entry.writer != found.owner:
+                continue  # a writer that lost the run: none of it counts
+            checkpoint = entry.checkpoint
+            if checkpoint.run_id != found.run_id:
+                continue
+            if checkpoint.position > position:
+                tx.execute(
+                    "UPDATE run_checkpoints SET version = ?, position = ?, snapshot = ?, "
+                    "updated_at = ? WHERE run_id = ?",
+                    (
+                        checkpoint.version,
+                        checkpoint.position,
+                        checkpoint.snapshot,
+                        time.time(),
+                        found.run_id,
+                    ),
+                )
+                position, moved = checkpoint.position, True
+            _write_parts(tx, checkpoint)
+            if entry.run is not None:
+                tx.execute(_RUN_UPSERT, _run_row(entry.run, None))
+            _write_nodes(tx, checkpoint.run_id, entry.nodes, set(checkpoint.held.values()))
+    return moved
+
+
+def _write_parts(tx: Tx, checkpoint: CheckpointRecord) -> None:
+    for name, value in checkpoint.parts.items():
+        tx.execute(
+            "INSERT INTO run_checkpoint_parts (run_id, part, value) VALUES (?, ?, ?) "
+            "ON CONFLICT (run_id, part) DO UPDATE SET value = excluded.value",
+            (checkpoint.run_id, name, value),
+        )
+
+
+def _write_nodes(
+    tx: Tx, run_id: str, nodes: Sequence[NodeExecutionRecord], held: Collection[str] = ()
+) -> None:
+    """Upsert node executions; `held`: the ids of those that hold their node's
+    checkpoint outputs (`CheckpointRecord.held`)."""
+    rows = [_node_row(run_id, node, node.id in held) for node in nodes]
+    if len(rows) == 1:
+        tx.execute(_NODE_UPSERT, rows[0])
+    elif rows:
+        tx.executemany(_NODE_UPSERT, rows)

@@ -18,6 +18,7 @@ from typing import Any
 
 from firstgate.store.base import StoreError
 from firstgate.store.relational import Database, RelationalStore, statements
+from firstgate.store.run_journal import RunJournal
 from firstgate.store.schema import migrations
 
 MIGRATIONS: tuple[str, ...] = migrations(real="REAL", integer="INTEGER")
@@ -104,13 +105,23 @@ class SQLiteStore(RelationalStore):
     def __init__(self, path: str | Path, migrations: Sequence[str] = MIGRATIONS) -> None:
         self.path = str(path)
         try:
-            super().__init__(_SQLiteDatabase(self.path), migrations, self.path)
+            super().__init__(
+                _SQLiteDatabase(self.path), migrations, self.path, journal=_journal(self.path)
+            )
         except sqlite3.DatabaseError as exc:
             raise StoreError("errors.store.unreadable", path=self.path, detail=str(exc)) from None
         except OSError as exc:
             raise StoreError(
                 "errors.store.unreadable", path=self.path, detail=str(exc.strerror or exc)
             ) from None
+
+
+def _journal(path: str) -> RunJournal | None:
+    """A file database's run journals live next to it (a database in memory has none:
+    nothing of it outlives the process anyway)."""
+    if path == ":memory:" or path.startswith("file:"):
+        return None
+    return RunJournal(Path(f"{path}-journals"))
 
 
 def default_path() -> Path:

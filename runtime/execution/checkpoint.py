@@ -416,12 +416,15 @@ class Checkpointer:
         *,
         status: str,
         in_records: Mapping[str, str] | None = None,
+        journal: bool = False,
     ) -> None:
         """Write one checkpoint: `head` (the snapshot's data without the finished
         nodes' outputs), `parts` (node id -> outputs, of the nodes finished since
         the last one), the run's row (`run`, when given) and the node executions
         finished since the last one; `in_records`: node id -> the id of one of those
-        executions whose outputs are exactly the node's (marked, no part)."""
+        executions whose outputs are exactly the node's (marked, no part);
+        `journal`: the store may keep it in the run's journal first (a per-node
+        checkpoint: `Store.save_checkpoint`)."""
         now = time.time()
         self._created_at = self._created_at or now
         held = status == RUNNING and self.owner is not None
@@ -447,7 +450,7 @@ class Checkpointer:
             },
             held=held_by,
         )
-        self.store.save_checkpoint(record, run, nodes, writer=self.owner)
+        self.store.save_checkpoint(record, run, nodes, writer=self.owner, journal=journal)
         self._written.update(parts)
 
 

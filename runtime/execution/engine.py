@@ -547,7 +547,10 @@ class WorkflowRun:
             if now - self._last_save < self._batch_s:
                 return
             self._last_save = now
-        self._write(ready=[(n, predecessor) for n in ready])
+        # Per node, the checkpoint may go to the run's journal first (one append, the
+        # tables a moment later: `store.run_journal`), as durable as a commit.
+        journal = self._durability is cp.Durability.NODE
+        self._write(ready=[(n, predecessor) for n in ready], journal=journal)
 
     def _write(
         self,
@@ -555,9 +558,10 @@ class WorkflowRun:
         ready: list[tuple[str, str | None]] | None = None,
         *,
         row: bool = False,
+        journal: bool = False,
     ) -> bool:
         try:
-            self._save(after, ready or [], row=row)
+            self._save(after, ready or [], row=row, journal=journal)
         except Exception as exc:  # noqa: BLE001 - a run that cannot be made durable fails
             self._stop(Stop(aborted=False, reason=str(exc), error=exc))
             return False
@@ -610,7 +614,14 @@ class WorkflowRun:
             "taken_at": time.time(),
         }
 
-    def _save(self, after: int, ready: list[tuple[str, str | None]], *, row: bool = False) -> None:
+    def _save(
+        self,
+        after: int,
+        ready: list[tuple[str, str | None]],
+        *,
+        row: bool = False,
+        journal: bool = False,
+    ) -> None:
         """Write the checkpoint: its head, the outputs of the nodes finished since
         the last (parts), the node executions not written yet, the run's row."""
         if self._checkpointer is None:
@@ -635,11 +646,13 @@ class WorkflowRun:
         try:
             held = _in_records(parts, nodes)
             self._checkpointer.save(
-                self.info, head, parts, run, nodes, status=status, in_records=held
+                self.info, head, parts, run, nodes, status=status, in_records=held, journal=journal
             )
         except Exception:  # noqa: BLE001 - text a store cannot hold: once more, made storable
             again = [storable(n) for n in nodes]  # their outputs may differ now: parts whole
-            self._checkpointer.save(self.info, head, parts, run, again, status=status)
+            self._checkpointer.save(
+                self.info, head, parts, run, again, status=status, journal=journal
+            )
         self._saved_records += len(nodes)  # a chat turn's go with its message, at its end
         self._unwritten.clear()
 

@@ -1,0 +1,280 @@
+"""Run journals on a real SQLite file: a per-node checkpoint written as one append
+to the run's journal, the tables catching up before the store answers anything,
+and a journal left by a process that died applied by whoever takes its run over."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from firstgate.store import run_journal
+from firstgate.store.base import CheckpointRecord, NodeExecutionRecord, RunRecord
+from firstgate.store.relational import owner_token
+from firstgate.store.sqlite import SQLiteStore
+
+RUN = "run-journal-1"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _checkpoint(position: int, owner: str | None, held: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return CheckpointRecord(
+        run_id=RUN, app_id="app", workflow_id="wf", graph_hash="g", status="running",
+        version=2, position=position, snapshot=json.dumps({"position": position}),
+        owner=owner, lease_expires_at=time.time() + 60, created_at=time.time(),
+        task_id="task-1", held=held or {},
+    )  # fmt: skip
+
+
+def _run() -> RunRecord:
+    now = time.time()
+    return RunRecord(
+        id=RUN, app_id="app", workflow_id="wf", mode="workflow", user_id="u",
+        status="running", inputs={}, outputs={}, error=None, elapsed_time=0.0,
+        total_tokens=0, total_steps=0, exceptions_count=0, created_at=now, finished_at=now,
+    )  # fmt: skip
+
+
+def _node(index: int) -> NodeExecutionRecord:
+    now = time.time()
+    return NodeExecutionRecord(
+        id=f"exec-{index}", index=index, node_id=f"n{index}", node_type="code",
+        title=f"N{index}", predecessor_node_id=None, status="succeeded", inputs={},
+        process_data={}, outputs={"text": f"out {index}"}, error=None, elapsed_time=0.01,
+        execution_metadata={}, created_at=now, finished_at=now,
+    )  # fmt: skip
+
+
+def _journal_node(store: SQLiteStore, index: int, owner: str) -> None:
+    """Node `index` finished: its checkpoint (position 10 + index) held by its execution."""
+    checkpoint = _checkpoint(10 + index, owner, {f"n{index}": f"exec-{index}"})
+    store.save_checkpoint(checkpoint, None, [_node(index)], writer=owner, journal=True)
+
+
+def _raw_nodes(path: Path) -> list[str]:
+    """The node executions in the file, read past the store (another process's view)."""
+    db = sqlite3.connect(path)
+    try:
+        return [r[0] for r in db.execute("SELECT id FROM node_executions ORDER BY idx")]
+    finally:
+        db.close()
+
+
+def _journals(path: Path) -> list[Path]:
+    directory = Path(f"{path}-journals")
+    return sorted(directory.glob(f"{RUN}~*.log")) if directory.exists() else []
+
+
+def _die_after_journaling(path: Path, nodes: int) -> str:
+    """A process that writes the run's first checkpoint, journals `nodes` node
+    checkpoints and dies before its tables catch up; its owner token."""
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from pathlib import Path
+        from tests.integration.test_run_journal import _checkpoint, _journal_node, _run
+        from firstgate.store.relational import owner_token
+        from firstgate.store.sqlite import SQLiteStore
+        store = SQLiteStore(Path({str(path)!r}))
+        owner = owner_token()
+        store.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
+        for index in range({nodes}):
+            _journal_node(store, index, owner)
+        print(owner, flush=True)
+        os._exit(0)  # as a SIGKILL would: nothing flushed, nothing closed
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stdout.strip()
+
+
+def test_a_journaled_checkpoint_is_in_the_journal_first_and_in_the_tables_when_read(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path)
+    try:
+        owner = owner_token()
+        store.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
+        _journal_node(store, 0, owner)
+        _journal_node(store, 1, owner)
+        (journal,) = _journals(path)
+        assert [e.checkpoint.position for e in run_journal.read(journal)] == [10, 11]
+        assert _raw_nodes(path) == []  # another process does not see them yet
+        record = store.checkpoint(RUN)  # this one does: its tables catch up first
+        assert record is not None and record.position == 11
+        assert record.held == {"n0": "exec-0", "n1": "exec-1"}
+        assert _raw_nodes(path) == ["exec-0", "exec-1"]
+        assert _journals(path) == []
+    finally:
+        store.close()
+
+
+def test_the_tables_catch_up_once_the_flush_period_has_passed(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path)
+    try:
+        owner = owner_token()
+        store.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
+        _journal_node(store, 0, owner)
+        assert _raw_nodes(path) == []
+        time.sleep(run_journal.FLUSH_S + 0.05)
+        _journal_node(store, 1, owner)  # due: this one brings both
+        assert _raw_nodes(path) == ["exec-0", "exec-1"]
+        assert _journals(path) == []
+    finally:
+        store.close()
+
+
+def test_a_journal_left_by_a_dead_process_is_applied_when_its_run_is_taken_over(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.db"
+    _die_after_journaling(path, 3)
+    assert _raw_nodes(path) == [] and len(_journals(path)) == 1
+    store = SQLiteStore(path)
+    try:
+        found = store.checkpoint(RUN)
+        assert found is not None and found.position == 1  # what the tables had
+        claimed = store.claim_checkpoint(
+            RUN, owner=owner_token(), lease_seconds=60, statuses=("running",)
+        )
+        assert claimed is not None and claimed.position == 12  # the journal's last
+        record = store.checkpoint(RUN)
+        assert record is not None and record.held == {f"n{i}": f"exec-{i}" for i in range(3)}
+        assert json.loads(record.snapshot) == {"position": 12}
+        run = store.run(RUN)
+        assert run is not None and [n.outputs["text"] for n in run.nodes] == [
+            "out 0",
+            "out 1",
+            "out 2",
+        ]
+        assert _journals(path) == []
+    finally:
+        store.close()
+
+
+def test_a_torn_or_damaged_last_frame_ends_the_journal(tmp_path: Path) -> None:
+    """A power cut during a write may leave half a frame, or a frame whose bytes
+    are not what was written: the journal ends before it."""
+    for case in ("torn", "damaged"):
+        path = tmp_path / case / "state.db"
+        path.parent.mkdir()
+        _die_after_journaling(path, 3)
+        (journal,) = _journals(path)
+        data = journal.read_bytes()
+        last = data.rindex(b'"position":12')
+        if case == "torn":
+            journal.write_bytes(data[: last + 5])
+        else:  # the same length, another position: only the checksum tells
+            journal.write_bytes(data[:last] + b'"position":19' + data[last + 13 :])
+        store = SQLiteStore(path)
+        try:
+            claimed = store.claim_checkpoint(
+                RUN, owner=owner_token(), lease_seconds=60, statuses=("running",)
+            )
+            assert claimed is not None and claimed.position == 11, case
+            assert _raw_nodes(path) == ["exec-0", "exec-1"], case
+        finally:
+            store.close()
+
+
+def test_what_a_writer_journals_after_losing_the_run_counts_for_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    stale, taker, third = SQLiteStore(path), SQLiteStore(path), SQLiteStore(path)
+    try:
+        first = owner_token()
+        stale.save_checkpoint(_checkpoint(1, first), _run(), [], writer=first)
+        second = owner_token()
+        assert taker.claim_checkpoint(
+            RUN, owner=second, lease_seconds=60, statuses=("running",), take_over=True
+        )
+        _journal_node(stale, 0, first)  # it does not know yet: the append works
+        assert len(_journals(path)) == 1
+        claimed = third.claim_checkpoint(
+            RUN, owner=owner_token(), lease_seconds=60, statuses=("running",), take_over=True
+        )
+        assert claimed is not None and claimed.position == 1
+        assert _raw_nodes(path) == []
+        _journal_node(stale, 1, first)
+        # A read in the writer's process brings its tables up to date: refused there
+        # (another holds the run), which is the run's error, not the reader's ...
+        record = stale.checkpoint(RUN)
+        assert record is not None and record.position == 1
+        assert _raw_nodes(path) == []
+        with pytest.raises(sqlite3.IntegrityError):  # ... told with its next checkpoint
+            _journal_node(stale, 2, first)
+    finally:
+        for store in (stale, taker, third):
+            store.close()
+
+
+def test_a_journal_older_than_the_tables_does_not_move_the_head_back(tmp_path: Path) -> None:
+    """A process that died after its tables caught up but before it removed its
+    journal leaves a file the tables are ahead of."""
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path)
+    owner = owner_token()
+    try:
+        store.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
+        _journal_node(store, 0, owner)
+        (journal,) = _journals(path)
+        kept = journal.read_bytes()
+        store.checkpoint(RUN)  # caught up: the file goes
+        store.save_checkpoint(_checkpoint(30, owner), None, [], writer=owner)
+        journal.write_bytes(kept)
+    finally:
+        store.close()
+    # The owner's process is this one, alive: the claim takes the run over.
+    other = SQLiteStore(path)
+    try:
+        claimed = other.claim_checkpoint(
+            RUN, owner=owner_token(), lease_seconds=60, statuses=("running",), take_over=True
+        )
+        assert claimed is not None and claimed.position == 30
+        assert _raw_nodes(path) == ["exec-0"]
+        assert _journals(path) == []
+    finally:
+        other.close()
+
+
+def test_a_run_that_ends_takes_what_its_journal_held_and_leaves_no_file(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path)
+    try:
+        owner = owner_token()
+        store.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
+        _journal_node(store, 0, owner)
+        ended = dataclasses.replace(_run(), status="succeeded")
+        store.record_run(ended)
+        assert _raw_nodes(path) == ["exec-0"]
+        assert store.checkpoint(RUN) is None
+        assert _journals(path) == []
+        assert not os.listdir(f"{path}-journals")
+    finally:
+        store.close()
+
+
+def test_a_run_ended_elsewhere_leaves_no_journal_of_a_dead_process(tmp_path: Path) -> None:
+    """A run whose process died is ended by another (stopped, say) without being
+    taken over: the journal it left goes with its checkpoint."""
+    path = tmp_path / "state.db"
+    _die_after_journaling(path, 2)
+    assert len(_journals(path)) == 1
+    store = SQLiteStore(path)
+    try:
+        store.record_run(dataclasses.replace(_run(), status="stopped"))
+        assert store.checkpoint(RUN) is None
+        assert _journals(path) == []
+    finally:
+        store.close()
