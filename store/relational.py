@@ -470,6 +470,8 @@ class RelationalStore(Store):
             self._apply_checkpoint(tx, checkpoint, run, nodes, writer)
         if runs is not None:
             runs.committed(checkpoint.run_id)
+            if checkpoint.status != "running":
+                runs.retire(checkpoint.run_id)  # paused: it may go on in another process
 
     def _apply_checkpoint(
         self,
@@ -1062,10 +1064,7 @@ class RelationalStore(Store):
 
     def close(self) -> None:
         try:
-            if self.journal is not None:
-                with self.journal.lock:
-                    for run_id in self.journal.pending_runs():
-                        self._flush(run_id)
+            self._catch_up()  # a flush refused now (the run lost its hold) changes nothing
         finally:
             if self.journal is not None:
                 self.journal.close()

@@ -12,7 +12,7 @@ journal has (`Pending`): when `FLUSH_S` has passed since the first of them or
 `FLUSH_BYTES` are pending, before anything else the store does (what a
 process reads is what it wrote), and with the run's next checkpoint that is not
 journaled (the run waits, pauses, starts a node unsafe to repeat, or ends).
-Then the file goes.
+Then nothing in the file counts any more.
 
 A run whose process died leaves its journal; the process that takes the run
 over applies it (`RelationalStore.claim_checkpoint`) before it goes on, so a node
@@ -20,38 +20,43 @@ that finished is not run again. Only the checkpoints of the writer that still
 holds the run's checkpoint are applied: one that lost its hold wrote nothing
 that counts.
 
-Files: `<database>-journals/<run id>~<journal>~<sequence>.log`, one per
-`Pending` (a flush in another thread never truncates what a run appends after
-it). A frame: its length and its CRC-32 (4 bytes each, big-endian), then the
-checkpoint as JSON (its records as they are, a value JSON has no word for as
-its text, as the store's rows have it). A torn or damaged last frame (a power
-cut during the write) ends the file. Only a run whose id is a plain file name
-(letters, digits, `-`, `_`: every id firstgate makes) is journaled.
+Files: `<database>-journals/<run id>~<journal>.log`, one per run and store,
+written from its start again after each flush (its pages stay the kernel's: a
+write over them costs half a new one). A frame: its length, its CRC-32 (of its
+generation and its body) and its generation (4 bytes each, big-endian), then
+the checkpoint's records as plain data, pickled (`_PlainPickler`; read back
+naming no class but the plain types). A flush makes the first frame
+unreadable and starts a new generation; a reader takes the frames of the first
+frame's generation, up to a torn or damaged one (a power cut during a write).
+Only a run whose id is a plain file name (letters, digits, `-`, `_`: every id
+firstgate makes) is journaled.
 """
 
 from __future__ import annotations
 
-import itertools
+import io
+import operator
 import os
+import pickle
 import re
 import struct
 import threading
 import time
 import uuid
 import zlib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import orjson
 from firstgate.store.base import CheckpointRecord, NodeExecutionRecord, RunRecord
 
 # How far behind a journaled run its tables may be (its progress shows this late
 # to other processes), and how much it may hold in memory before they catch up.
 FLUSH_S = 0.2
 FLUSH_BYTES = 8 << 20
-_FRAME = struct.Struct(">II")  # length, CRC-32
+_FRAME = struct.Struct(">III")  # length, CRC-32 (of the generation and the body), generation
+_GENERATION = struct.Struct(">I")
 _SUFFIX = ".log"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
@@ -68,14 +73,23 @@ class Entry:
 
 
 @dataclass(slots=True)
+class _File:
+    """A run's journal file in this store: written from its start again after each
+    flush (its pages are the kernel's already), each time under a new generation."""
+
+    path: Path
+    fd: int
+    generation: int = 0
+
+
+@dataclass(slots=True)
 class Pending:
     """What a run's journal file holds that the tables do not: the latest checkpoint
     (with every part and held mark since the last flush), the latest run row and
     every node execution, in order (the records themselves: their rows are made
     when the tables catch up, all at once, as for a run recorded at its end)."""
 
-    path: Path
-    fd: int
+    file: _File
     writer: str | None
     since: float
     checkpoint: CheckpointRecord
@@ -83,7 +97,7 @@ class Pending:
     held: dict[str, str] = field(default_factory=dict)
     run: RunRecord | None = None
     nodes: list[NodeExecutionRecord] = field(default_factory=list)
-    size: int = 0
+    size: int = 0  # bytes written to the file: where the next frame goes
 
     def record(self) -> CheckpointRecord:
         return replace(self.checkpoint, parts=self.parts, held=self.held)
@@ -99,7 +113,7 @@ class RunJournal:
         self.directory = directory
         self.lock = threading.RLock()  # appends and flushes, in order
         self._name = uuid.uuid4().hex[:12]
-        self._sequence = itertools.count()
+        self._files: dict[str, _File] = {}
         self._pending: dict[str, Pending] = {}
         self._failed: dict[str, BaseException] = {}
         self._committed: set[str] = set()  # runs whose checkpoint row this store wrote
@@ -126,39 +140,57 @@ class RunJournal:
         run: RunRecord | None,
         nodes: Sequence[NodeExecutionRecord],
     ) -> Pending:
-        """Write one checkpoint to its run's journal (durable when this returns).
-        Raises TypeError for what JSON cannot hold (the caller makes it storable)."""
+        """Write one checkpoint to its run's journal (durable when this returns)."""
         body = _dumps(writer, checkpoint, run, nodes)
         with self.lock:
-            pending = self._pending.get(checkpoint.run_id)
+            run_id = checkpoint.run_id
+            pending = self._pending.get(run_id)
             if pending is None:
-                pending = self._open(checkpoint, writer)
-            _write_all(pending.fd, _FRAME.pack(len(body), zlib.crc32(body)), body)
+                pending = Pending(self._file(run_id), writer, time.monotonic(), checkpoint)
+            file = pending.file
+            crc = zlib.crc32(body, zlib.crc32(_GENERATION.pack(file.generation)))
+            header = _FRAME.pack(len(body), crc, file.generation)
+            _write_all(file.fd, pending.size, header, body)
             pending.checkpoint = checkpoint
             pending.parts.update(checkpoint.parts)
             pending.held.update(checkpoint.held)
             if run is not None:
                 pending.run = run
             pending.nodes.extend(nodes)
-            pending.size += len(body)
-            self._pending[checkpoint.run_id] = pending
+            pending.size += len(header) + len(body)
+            self._pending[run_id] = pending
             return pending
 
-    def _open(self, checkpoint: CheckpointRecord, writer: str | None) -> Pending:
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        name = f"{checkpoint.run_id}~{self._name}~{next(self._sequence):08d}{_SUFFIX}"
-        path = self.directory / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        return Pending(path, fd, writer, time.monotonic(), checkpoint)
+    def _file(self, run_id: str) -> _File:
+        file = self._files.get(run_id)
+        if file is None:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path = self.directory / f"{run_id}~{self._name}{_SUFFIX}"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            file = self._files[run_id] = _File(path, fd)
+        return file
 
     def take(self, run_id: str) -> Pending | None:
-        """The run's pending checkpoints, for a flush (a later append opens a new file)."""
+        """The run's pending checkpoints, for a flush (under `lock`, as appends are)."""
         return self._pending.pop(run_id, None)
 
     def done(self, pending: Pending) -> None:
-        """`pending` is in the tables (or will never be): its file goes."""
-        os.close(pending.fd)
-        pending.path.unlink(missing_ok=True)
+        """`pending` is in the tables (or will never be): the file holds nothing that
+        counts (its first frame unreadable), and its next frames are of a new
+        generation (what is left of the older ones after them is not read)."""
+        file = pending.file
+        os.pwrite(file.fd, bytes(_FRAME.size), 0)
+        file.generation += 1
+
+    def retire(self, run_id: str) -> None:
+        """The run journals nothing more here for now (it paused or ended): its file goes."""
+        with self.lock:
+            file = self._files.pop(run_id, None)
+            if file is not None and run_id not in self._pending:
+                os.close(file.fd)
+                file.path.unlink(missing_ok=True)
+            elif file is not None:
+                self._files[run_id] = file  # still pending: it goes after its flush
 
     def failed(self, run_id: str, error: BaseException) -> None:
         """A flush of the run's checkpoints failed outside its writer: the writer is
@@ -171,15 +203,16 @@ class RunJournal:
             raise error
 
     def forget(self, run_id: str) -> None:
+        """The run ended."""
+        self.retire(run_id)
         self._committed.discard(run_id)
         self._failed.pop(run_id, None)
 
     def left(self, run_id: str) -> list[Path]:
-        """Journal files of the run that no pending checkpoint of this store writes
-        (another process's, or one that died), in the order they were written. Takes
-        no lock: it is called under the database's (a claim), which a flush takes
-        after this journal's."""
-        own = self._pending.get(run_id)
+        """Journal files of the run that are not this store's (another process's, or
+        one that died). Takes no lock: it is called under the database's (a claim),
+        which a flush takes after this journal's."""
+        own = self._files.get(run_id)
         try:
             names = [n for n in os.listdir(self.directory) if n.startswith(f"{run_id}~")]
         except FileNotFoundError:
@@ -191,28 +224,36 @@ class RunJournal:
         ]
 
     def close(self) -> None:
+        """After a last flush: every file goes (nothing in them counts any more)."""
         with self.lock:
-            for pending in self._pending.values():
-                os.close(pending.fd)
             self._pending.clear()
+            for file in self._files.values():
+                os.close(file.fd)
+                file.path.unlink(missing_ok=True)
+            self._files.clear()
 
 
 def read(path: Path) -> Iterator[Entry]:
-    """The checkpoints of one journal file, up to its first torn or damaged frame."""
+    """The checkpoints of one journal file: the frames of its first frame's
+    generation, up to the first torn or damaged one."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return
-    at = 0
+    at, generation = 0, None
     while at + _FRAME.size <= len(data):
-        length, crc = _FRAME.unpack_from(data, at)
+        length, crc, found = _FRAME.unpack_from(data, at)
         body = data[at + _FRAME.size : at + _FRAME.size + length]
-        if len(body) < length or zlib.crc32(body) != crc:
+        if generation is not None and found != generation:
+            return  # what an older generation left after the newest frames
+        if len(body) < length or zlib.crc32(body, zlib.crc32(_GENERATION.pack(found))) != crc:
             return  # torn by a power cut: nothing after it was durable
+        generation = found
         try:
-            yield _entry(orjson.loads(body))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            return
+            entry = _entry(body)
+        except (pickle.UnpicklingError, EOFError, TypeError, ValueError):
+            return  # written by something else than this module
+        yield entry
         at += _FRAME.size + length
 
 
@@ -227,26 +268,74 @@ def _dumps(
     run: RunRecord | None,
     nodes: Sequence[NodeExecutionRecord],
 ) -> bytes:
-    # As the store's rows do (`relational._dump`): anything else becomes its text.
-    return orjson.dumps(
-        {"writer": writer, "checkpoint": checkpoint, "run": run, "nodes": nodes},
-        default=str,
-        option=orjson.OPT_NON_STR_KEYS,
+    buffer = io.BytesIO()
+    _PlainPickler(buffer, protocol=5).dump(
+        (
+            writer,
+            _record_values(checkpoint),
+            _run_values(run) if run is not None else None,
+            [_node_values(node) for node in nodes],
+        )
     )
+    return buffer.getvalue()
 
 
-def _entry(data: dict[str, Any]) -> Entry:
-    run = data["run"]
+class _PlainPickler(pickle.Pickler):
+    """Pickles plain data only (what JSON holds, big integers and NaN exactly):
+    anything else as the store's rows have it (`relational._dump`: its text), a
+    mapping as a dict, a sequence as a list. Pickle, not JSON: a node's outputs
+    (text, mostly) are copied as they are, not escaped."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        # Called only for what pickle has no fast path for: never an exact dict,
+        # list, tuple, str, int, float, bool or None. The plain types themselves
+        # (what the reductions below call) go as the names the reader allows.
+        if isinstance(obj, type) and obj in _PLAIN_TYPE_SET:
+            return NotImplemented
+        for kind in (str, bool, int, float):
+            if isinstance(obj, kind):
+                return kind, (kind(obj),)
+        if isinstance(obj, Mapping):
+            return dict, (dict(obj),)
+        if isinstance(obj, list | tuple):
+            return list, (list(obj),)
+        return str, (str(obj),)
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Reads back what `_PlainPickler` writes, and nothing that names any other
+    class or function: a journal file someone else changed cannot run code."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins" and name in _PLAIN_TYPES:
+            return _PLAIN_TYPES[name]
+        raise pickle.UnpicklingError(f"{module}.{name} is not journal data")
+
+
+_PLAIN_TYPES: dict[str, type] = {t.__name__: t for t in (dict, list, str, bool, int, float)}
+_PLAIN_TYPE_SET = frozenset(_PLAIN_TYPES.values())
+_RECORD_FIELDS = tuple(f.name for f in fields(CheckpointRecord))
+_RUN_FIELDS = tuple(f.name for f in fields(RunRecord) if f.name not in ("nodes", "files"))
+_NODE_FIELDS = tuple(f.name for f in fields(NodeExecutionRecord))
+_record_values = operator.attrgetter(*_RECORD_FIELDS)
+_run_values = operator.attrgetter(*_RUN_FIELDS)
+_node_values = operator.attrgetter(*_NODE_FIELDS)
+
+
+def _entry(body: bytes) -> Entry:
+    writer, record, run, nodes = _PlainUnpickler(io.BytesIO(body)).load()
     return Entry(
-        writer=data["writer"],
-        checkpoint=CheckpointRecord(**data["checkpoint"]),
-        run=RunRecord(**{**run, "nodes": (), "files": ()}) if run is not None else None,
-        nodes=[NodeExecutionRecord(**node) for node in data["nodes"]],
+        writer=writer,
+        checkpoint=CheckpointRecord(**dict(zip(_RECORD_FIELDS, record, strict=True))),
+        run=RunRecord(**dict(zip(_RUN_FIELDS, run, strict=True))) if run is not None else None,
+        nodes=[NodeExecutionRecord(**dict(zip(_NODE_FIELDS, n, strict=True))) for n in nodes],
     )
 
 
-def _write_all(fd: int, *pieces: bytes) -> None:
-    written = os.writev(fd, pieces)
+def _write_all(fd: int, offset: int, *pieces: bytes) -> None:
+    written = os.pwritev(fd, pieces, offset)
     rest = b"".join(pieces)[written:]
     while rest:  # a regular file takes it whole but for a full disk
-        rest = rest[os.write(fd, rest) :]
+        offset += written
+        written = os.pwrite(fd, rest, offset)
+        rest = rest[written:]

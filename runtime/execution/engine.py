@@ -151,6 +151,8 @@ class WorkflowRun:
         # Finished top-graph nodes whose outputs are not in the store yet.
         self._unwritten: list[str] = []
         self._run_state: dict[str, Any] | None = None  # what every snapshot of the run repeats
+        # The top scope's changing variables as the last head had them, and their writes.
+        self._changing: tuple[tuple[int, ...], dict[str, dict[str, Any]]] | None = None
         self._row_at: float | None = None  # when the run's row was last written
         self._row_behind = False  # a checkpoint went without the run's row
         self._resume = resume
@@ -592,9 +594,9 @@ class WorkflowRun:
         for execution, pause in self._paused:
             paused.setdefault(execution.frame, []).append((execution, pause))
         if every_value:
-            values = {h: v for h, v in top.scope.layer().items() if h != "env"}
+            values = cp.node_values({h: v for h, v in top.scope.layer().items() if h != "env"})
         else:  # env is never stored: a resumed run resolves it again
-            values = {h: top.scope.own(h) or {} for h in _CHANGING}
+            values = self._changing_values(top.scope)
         frame = _frame_state(top, values, running, paused, ready)
         if self._run_state is None:
             self._run_state = {
@@ -609,10 +611,18 @@ class WorkflowRun:
             "version": cp.SNAPSHOT_VERSION,
             **self._run_state,
             "position": self.position + after,
-            "report": cp.encode(self.report.state()),
+            "report": _encoded_state(self.report.state()),
             "frame": frame,
             "taken_at": time.time(),
         }
+
+    def _changing_values(self, scope: VariablePool) -> dict[str, dict[str, Any]]:
+        """`sys` and `conversation` encoded for a head: again only after a write."""
+        writes = tuple(scope.writes(h) for h in _CHANGING)
+        if self._changing is None or self._changing[0] != writes:
+            values = cp.node_values({h: scope.own(h) or {} for h in _CHANGING})
+            self._changing = (writes, values)
+        return self._changing[1]
 
     def _save(
         self,
@@ -870,12 +880,12 @@ def _frame_state(
     paused: Mapping[Frame, list[tuple[Execution, Pause]]],
     ready: Sequence[tuple[str, str | None]] = (),
 ) -> dict[str, Any]:
-    """A frame's `FrameState` as plain data: `values` (what of its scope is kept),
+    """A frame's `FrameState` as plain data: `values` (what of its scope is kept, encoded),
     its executions in flight (`running`, by frame) and paused nodes."""
     executions = running.get(frame, [])
     return {
         "index": frame.index,
-        "values": cp.node_values(values),
+        "values": values,
         "scheduler": frame.scheduler.saved(),
         "streamer": frame.streamer.saved() if frame.streamer is not None else None,
         "chunk_target": dict(frame.chunk_target),
@@ -899,6 +909,14 @@ def _frame_state(
     }
 
 
+def _encoded_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The report's totals for a head: only what may hold files or odd numbers encoded
+    (the counts, the elapsed time and the answer are plain)."""
+    for key in ("outputs", "usage", "written", "retriever_resources"):
+        state[key] = cp.encode(state[key])
+    return state
+
+
 def _container_state(
     container: ContainerExecution,
     running: Mapping[Frame, list[Execution]],
@@ -911,7 +929,8 @@ def _container_state(
     if not container.stopping:
         progress = cp.encode(container.run.saved())
         frames = [
-            _frame_state(f, f.scope.layer(), running, paused) for f in container.frames.values()
+            _frame_state(f, cp.node_values(f.scope.layer()), running, paused)
+            for f in container.frames.values()
         ]
     return {
         "execution": _execution_state(execution),

@@ -68,6 +68,7 @@ class VariablePool:
         self._types: dict[tuple[str, str], str] = {
             ("conversation", name): kind for name, kind in (conversation_types or {}).items()
         }
+        self._writes: dict[str, int] = {}  # head -> how many `set`s it has seen
 
     def child(
         self,
@@ -82,6 +83,7 @@ class VariablePool:
         scope._parent = self
         scope._values = {head: dict(names) for head, names in (values or {}).items()}
         scope._types = dict(types or {})
+        scope._writes = {}
         return scope
 
     def layer(self) -> dict[str, dict[str, Any]]:
@@ -98,6 +100,9 @@ class VariablePool:
         """This layer's values as `layer()` gave them (a run resumed from its checkpoint)."""
         with self._lock:
             self._values = {head: dict(names) for head, names in values.items()}
+            self._writes = {
+                head: self._writes.get(head, 0) + 1 for head in {*self._writes, *values}
+            }
 
     def _holder(self, head: str) -> VariablePool:
         """The innermost layer holding `head` (the outermost when none does). Under the lock."""
@@ -130,7 +135,14 @@ class VariablePool:
         """Write one variable (an assigner's update) where it lives."""
         head, name = self._canonical(selector)[:2]
         with self._lock:
-            self._holder(head)._values.setdefault(head, {})[name] = value
+            holder = self._holder(head)
+            holder._values.setdefault(head, {})[name] = value
+            holder._writes[head] = holder._writes.get(head, 0) + 1
+
+    def writes(self, head: str) -> int:
+        """How many writes this layer's `head` has seen (`set`, `restore_layer`): a
+        checkpoint encodes `sys` and `conversation` again only when they changed."""
+        return self._writes.get(head, 0)
 
     def conversation(self) -> dict[str, Any]:
         with self._lock:

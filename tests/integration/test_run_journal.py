@@ -4,14 +4,19 @@ and a journal left by a process that died applied by whoever takes its run over.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import math
 import os
+import pickle
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+import zlib
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -72,6 +77,15 @@ def _journals(path: Path) -> list[Path]:
     return sorted(directory.glob(f"{RUN}~*.log")) if directory.exists() else []
 
 
+def _frame_starts(data: bytes) -> list[int]:
+    starts, at = [], 0
+    while at < len(data):
+        starts.append(at)
+        length = run_journal._FRAME.unpack_from(data, at)[0]
+        at += run_journal._FRAME.size + length
+    return starts
+
+
 def _die_after_journaling(path: Path, nodes: int) -> str:
     """A process that writes the run's first checkpoint, journals `nodes` node
     checkpoints and dies before its tables catch up; its owner token."""
@@ -115,9 +129,10 @@ def test_a_journaled_checkpoint_is_in_the_journal_first_and_in_the_tables_when_r
         assert record is not None and record.position == 11
         assert record.held == {"n0": "exec-0", "n1": "exec-1"}
         assert _raw_nodes(path) == ["exec-0", "exec-1"]
-        assert _journals(path) == []
+        assert [list(run_journal.read(j)) for j in _journals(path)] == [[]]  # nothing counts
     finally:
         store.close()
+    assert _journals(path) == []
 
 
 def test_the_tables_catch_up_once_the_flush_period_has_passed(tmp_path: Path) -> None:
@@ -131,7 +146,9 @@ def test_the_tables_catch_up_once_the_flush_period_has_passed(tmp_path: Path) ->
         time.sleep(run_journal.FLUSH_S + 0.05)
         _journal_node(store, 1, owner)  # due: this one brings both
         assert _raw_nodes(path) == ["exec-0", "exec-1"]
-        assert _journals(path) == []
+        _journal_node(store, 2, owner)  # the file again from its start, a new generation
+        (journal,) = _journals(path)
+        assert [e.checkpoint.position for e in run_journal.read(journal)] == [12]
     finally:
         store.close()
 
@@ -173,11 +190,12 @@ def test_a_torn_or_damaged_last_frame_ends_the_journal(tmp_path: Path) -> None:
         _die_after_journaling(path, 3)
         (journal,) = _journals(path)
         data = journal.read_bytes()
-        last = data.rindex(b'"position":12')
+        last = _frame_starts(data)[-1]
         if case == "torn":
-            journal.write_bytes(data[: last + 5])
-        else:  # the same length, another position: only the checksum tells
-            journal.write_bytes(data[:last] + b'"position":19' + data[last + 13 :])
+            journal.write_bytes(data[: last + 40])
+        else:  # the same length, one byte changed: only the checksum tells
+            at = len(data) - 10
+            journal.write_bytes(data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :])
         store = SQLiteStore(path)
         try:
             claimed = store.claim_checkpoint(
@@ -230,11 +248,11 @@ def test_a_journal_older_than_the_tables_does_not_move_the_head_back(tmp_path: P
         _journal_node(store, 0, owner)
         (journal,) = _journals(path)
         kept = journal.read_bytes()
-        store.checkpoint(RUN)  # caught up: the file goes
+        store.checkpoint(RUN)  # caught up
         store.save_checkpoint(_checkpoint(30, owner), None, [], writer=owner)
-        journal.write_bytes(kept)
     finally:
         store.close()
+    journal.write_bytes(kept)  # as if it had died before its journal was cleared
     # The owner's process is this one, alive: the claim takes the run over.
     other = SQLiteStore(path)
     try:
@@ -276,5 +294,100 @@ def test_a_run_ended_elsewhere_leaves_no_journal_of_a_dead_process(tmp_path: Pat
         store.record_run(dataclasses.replace(_run(), status="stopped"))
         assert store.checkpoint(RUN) is None
         assert _journals(path) == []
+    finally:
+        store.close()
+
+
+def test_frames_an_older_generation_left_behind_the_newest_are_not_read(
+    tmp_path: Path,
+) -> None:
+    """After a flush the file is written from its start again: a frame of the same
+    size as the older ones ends exactly where the next older one starts."""
+    journal = run_journal.RunJournal(tmp_path / "journals")
+
+    def same_size(position: int) -> CheckpointRecord:
+        return dataclasses.replace(
+            _checkpoint(position, "w"), lease_expires_at=1.0, created_at=1.0, snapshot="{}"
+        )
+
+    try:
+        for position in (10, 11, 12):
+            journal.append(same_size(position), "w", None, [])
+        pending = journal.take(RUN)
+        assert pending is not None
+        journal.done(pending)  # the tables have them
+        path = pending.file.path
+        assert list(run_journal.read(path)) == []
+        journal.append(same_size(13), "w", None, [])
+        assert [e.checkpoint.position for e in run_journal.read(path)] == [13]
+    finally:
+        journal.close()
+
+
+class _Odd:
+    def __str__(self) -> str:
+        return "an odd value"
+
+
+def test_a_replayed_node_execution_holds_what_a_commit_would_have(tmp_path: Path) -> None:
+    """Big integers, NaN, a value JSON has no word for (its text, as the store's
+    rows have it), a mapping that is not a dict: as the tables would have them."""
+    path = tmp_path / "state.db"
+    writer, taker = SQLiteStore(path), SQLiteStore(path)
+    outputs = {
+        "big": 2**70,
+        "nan": math.nan,
+        "odd": _Odd(),
+        "ordered": collections.OrderedDict(a=1),
+        "named": Fraction(1, 3),
+    }
+    try:
+        owner = owner_token()
+        writer.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
+        node = dataclasses.replace(_node(0), outputs=outputs)
+        checkpoint = _checkpoint(10, owner, {"n0": "exec-0"})
+        writer.save_checkpoint(checkpoint, None, [node], writer=owner, journal=True)
+        claimed = taker.claim_checkpoint(
+            RUN, owner=owner_token(), lease_seconds=60, statuses=("running",), take_over=True
+        )
+        assert claimed is not None and claimed.position == 10
+        run = taker.run(RUN)
+        assert run is not None
+        (replayed,) = run.nodes
+        assert replayed.outputs["big"] == 2**70
+        assert math.isnan(replayed.outputs["nan"])
+        assert replayed.outputs["odd"] == "an odd value"
+        assert replayed.outputs["ordered"] == {"a": 1}
+        assert replayed.outputs["named"] == "1/3"
+    finally:
+        writer.close()
+        taker.close()
+
+
+def test_a_journal_that_names_a_function_runs_nothing(tmp_path: Path) -> None:
+    """A journal file changed by someone else: a frame whose pickle would call a
+    function is refused, and the claim goes on from the tables."""
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path)
+    marker = tmp_path / "ran"
+    try:
+        owner = owner_token()
+        store.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
+
+        class _Call:
+            def __reduce__(self):  # type: ignore[no-untyped-def]
+                return (os.system, (f"touch {marker}",))
+
+        body = pickle.dumps(_Call())
+        generation = run_journal._GENERATION.pack(0)
+        frame = run_journal._FRAME.pack(len(body), zlib.crc32(body, zlib.crc32(generation)), 0)
+        directory = Path(f"{path}-journals")
+        directory.mkdir()
+        (directory / f"{RUN}~forged.log").write_bytes(frame + body)
+        claimed = store.claim_checkpoint(
+            RUN, owner=owner_token(), lease_seconds=60, statuses=("running",), take_over=True
+        )
+        assert claimed is not None and claimed.position == 1
+        assert not marker.exists()
     finally:
         store.close()
