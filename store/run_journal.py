@@ -117,6 +117,8 @@ class RunJournal:
         self._pending: dict[str, Pending] = {}
         self._failed: dict[str, BaseException] = {}
         self._committed: set[str] = set()  # runs whose checkpoint row this store wrote
+        self._buffer = io.BytesIO()
+        self._pickler = _PlainPickler(self._buffer, protocol=5)
 
     @property
     def has_pending(self) -> bool:
@@ -141,8 +143,8 @@ class RunJournal:
         nodes: Sequence[NodeExecutionRecord],
     ) -> Pending:
         """Write one checkpoint to its run's journal (durable when this returns)."""
-        body = _dumps(writer, checkpoint, run, nodes)
         with self.lock:
+            body = self._pickled(writer, checkpoint, run, nodes)
             run_id = checkpoint.run_id
             pending = self._pending.get(run_id)
             if pending is None:
@@ -160,6 +162,29 @@ class RunJournal:
             pending.size += len(header) + len(body)
             self._pending[run_id] = pending
             return pending
+
+    def _pickled(
+        self,
+        writer: str | None,
+        checkpoint: CheckpointRecord,
+        run: RunRecord | None,
+        nodes: Sequence[NodeExecutionRecord],
+    ) -> bytes:
+        """One checkpoint as plain data, pickled (one pickler for the journal, under
+        its lock: making one costs as much as using it)."""
+        buffer = self._buffer
+        buffer.seek(0)
+        buffer.truncate()
+        self._pickler.clear_memo()
+        self._pickler.dump(
+            (
+                writer,
+                _record_values(checkpoint),
+                _run_values(run) if run is not None else None,
+                [_node_values(node) for node in nodes],
+            )
+        )
+        return buffer.getvalue()
 
     def _file(self, run_id: str) -> _File:
         file = self._files.get(run_id)
@@ -260,24 +285,6 @@ def read(path: Path) -> Iterator[Entry]:
 def remove(paths: Sequence[Path]) -> None:
     for path in paths:
         path.unlink(missing_ok=True)
-
-
-def _dumps(
-    writer: str | None,
-    checkpoint: CheckpointRecord,
-    run: RunRecord | None,
-    nodes: Sequence[NodeExecutionRecord],
-) -> bytes:
-    buffer = io.BytesIO()
-    _PlainPickler(buffer, protocol=5).dump(
-        (
-            writer,
-            _record_values(checkpoint),
-            _run_values(run) if run is not None else None,
-            [_node_values(node) for node in nodes],
-        )
-    )
-    return buffer.getvalue()
 
 
 class _PlainPickler(pickle.Pickler):
