@@ -5,8 +5,9 @@ stop through HTTP with per-node durability.
   store, process CPU per node, best of `--repeat` rounds (each mode once a
   round, in turn): durability `end` (the run is recorded once, at its end:
   the run without checkpoints, the baseline),
-  `batched` (the default, a commit at most every 200 ms) and `node` (a commit
-  after every node, before its successor starts). Targets (issue 23): node at
+  `batched` (the default, a commit at most every 200 ms) and `node` (every
+  finished node durable before its successor starts: on SQLite one append to
+  the run's journal, `store/run_journal.py`, the tables catching up every 200 ms). Targets (issue 23): node at
   most 1.5x the baseline, batched at most 1.2x, judged on the median of each
   round's own ratio (the machine's slow spells fall on whole rounds). The run
   without any store is printed too, for reference.
