@@ -80,6 +80,11 @@ class _File:
     path: Path
     fd: int
     generation: int = 0
+    seed: int = field(default_factory=lambda: _seed(0))  # the CRC of the generation
+
+    def next_generation(self) -> None:
+        self.generation += 1
+        self.seed = _seed(self.generation)
 
 
 @dataclass(slots=True)
@@ -150,8 +155,7 @@ class RunJournal:
             if pending is None:
                 pending = Pending(self._file(run_id), writer, time.monotonic(), checkpoint)
             file = pending.file
-            crc = zlib.crc32(body, zlib.crc32(_GENERATION.pack(file.generation)))
-            header = _FRAME.pack(len(body), crc, file.generation)
+            header = _FRAME.pack(len(body), zlib.crc32(body, file.seed), file.generation)
             _write_all(file.fd, pending.size, header, body)
             pending.checkpoint = checkpoint
             pending.parts.update(checkpoint.parts)
@@ -205,7 +209,7 @@ class RunJournal:
         generation (what is left of the older ones after them is not read)."""
         file = pending.file
         os.pwrite(file.fd, bytes(_FRAME.size), 0)
-        file.generation += 1
+        file.next_generation()
 
     def retire(self, run_id: str) -> None:
         """The run journals nothing more here for now (it paused or ended): its file goes."""
@@ -271,7 +275,7 @@ def read(path: Path) -> Iterator[Entry]:
         body = data[at + _FRAME.size : at + _FRAME.size + length]
         if generation is not None and found != generation:
             return  # what an older generation left after the newest frames
-        if len(body) < length or zlib.crc32(body, zlib.crc32(_GENERATION.pack(found))) != crc:
+        if len(body) < length or zlib.crc32(body, _seed(found)) != crc:
             return  # torn by a power cut: nothing after it was durable
         generation = found
         try:
@@ -280,6 +284,12 @@ def read(path: Path) -> Iterator[Entry]:
             return  # written by something else than this module
         yield entry
         at += _FRAME.size + length
+
+
+def _seed(generation: int) -> int:
+    """Where a frame's CRC starts: the CRC of its generation (a frame of another
+    generation fails the check even where the bytes after it happen to match)."""
+    return zlib.crc32(_GENERATION.pack(generation))
 
 
 def remove(paths: Sequence[Path]) -> None:

@@ -57,6 +57,14 @@ def _node(index: int) -> NodeExecutionRecord:
     )  # fmt: skip
 
 
+def _started(path: Path) -> tuple[SQLiteStore, str]:
+    """A store on `path` with the run's first checkpoint committed, by a new owner."""
+    store = SQLiteStore(path)
+    owner = owner_token()
+    store.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
+    return store, owner
+
+
 def _journal_node(store: SQLiteStore, index: int, owner: str) -> None:
     """Node `index` finished: its checkpoint (position 10 + index) held by its execution."""
     checkpoint = _checkpoint(10 + index, owner, {f"n{index}": f"exec-{index}"})
@@ -116,10 +124,8 @@ def test_a_journaled_checkpoint_is_in_the_journal_first_and_in_the_tables_when_r
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "state.db"
-    store = SQLiteStore(path)
+    store, owner = _started(path)
     try:
-        owner = owner_token()
-        store.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
         _journal_node(store, 0, owner)
         _journal_node(store, 1, owner)
         (journal,) = _journals(path)
@@ -137,10 +143,8 @@ def test_a_journaled_checkpoint_is_in_the_journal_first_and_in_the_tables_when_r
 
 def test_the_tables_catch_up_once_the_flush_period_has_passed(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
-    store = SQLiteStore(path)
+    store, owner = _started(path)
     try:
-        owner = owner_token()
-        store.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
         _journal_node(store, 0, owner)
         assert _raw_nodes(path) == []
         time.sleep(run_journal.FLUSH_S + 0.05)
@@ -241,10 +245,8 @@ def test_a_journal_older_than_the_tables_does_not_move_the_head_back(tmp_path: P
     """A process that died after its tables caught up but before it removed its
     journal leaves a file the tables are ahead of."""
     path = tmp_path / "state.db"
-    store = SQLiteStore(path)
-    owner = owner_token()
+    store, owner = _started(path)
     try:
-        store.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
         _journal_node(store, 0, owner)
         (journal,) = _journals(path)
         kept = journal.read_bytes()
@@ -268,10 +270,8 @@ def test_a_journal_older_than_the_tables_does_not_move_the_head_back(tmp_path: P
 
 def test_a_run_that_ends_takes_what_its_journal_held_and_leaves_no_file(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
-    store = SQLiteStore(path)
+    store, owner = _started(path)
     try:
-        owner = owner_token()
-        store.save_checkpoint(_checkpoint(1, owner), _run(), [], writer=owner)
         _journal_node(store, 0, owner)
         ended = dataclasses.replace(_run(), status="succeeded")
         store.record_run(ended)
@@ -379,8 +379,7 @@ def test_a_journal_that_names_a_function_runs_nothing(tmp_path: Path) -> None:
                 return (os.system, (f"touch {marker}",))
 
         body = pickle.dumps(_Call())
-        generation = run_journal._GENERATION.pack(0)
-        frame = run_journal._FRAME.pack(len(body), zlib.crc32(body, zlib.crc32(generation)), 0)
+        frame = run_journal._FRAME.pack(len(body), zlib.crc32(body, run_journal._seed(0)), 0)
         directory = Path(f"{path}-journals")
         directory.mkdir()
         (directory / f"{RUN}~forged.log").write_bytes(frame + body)
