@@ -428,13 +428,38 @@ class RelationalStore(Store):
 
     def _write_run(self, tx: Tx, run: RunRecord, conversation_id: str | None) -> None:
         # An upsert: a durable run's row and node executions are written while it runs.
-        tx.execute(_RUN_UPSERT, _run_row(run, conversation_id))
-        self._write_run_children(tx, run)
-
-    def _write_run_children(self, tx: Tx, run: RunRecord) -> None:
-        """A run record's node executions and files."""
+        tx.execute(
+            "INSERT INTO workflow_runs (id, app_id, workflow_id, mode, user_id, conversation_id, "
+            "status, inputs, outputs, error, elapsed_time, total_tokens, total_steps, "
+            "exceptions_count, created_at, finished_at, triggered_from) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET conversation_id = excluded.conversation_id, "
+            "status = excluded.status, outputs = excluded.outputs, error = excluded.error, "
+            "elapsed_time = excluded.elapsed_time, total_tokens = excluded.total_tokens, "
+            "total_steps = excluded.total_steps, exceptions_count = excluded.exceptions_count, "
+            "finished_at = excluded.finished_at",
+            (
+                run.id,
+                run.app_id,
+                run.workflow_id,
+                run.mode,
+                run.user_id,
+                conversation_id,
+                run.status,
+                _dump(run.inputs),
+                _dump(run.outputs),
+                run.error,
+                run.elapsed_time,
+                run.total_tokens,
+                run.total_steps,
+                run.exceptions_count,
+                run.created_at,
+                run.finished_at,
+                run.triggered_from,
+            ),
+        )
         if run.nodes:
-            _write_nodes(tx, run.id, run.nodes)
+            self._write_nodes(tx, run.id, run.nodes)
         if run.files:
             tx.executemany(
                 "INSERT INTO files (id, workflow_run_id, variable, belongs_to, filename, "
@@ -443,6 +468,21 @@ class RelationalStore(Store):
                 "ON CONFLICT (workflow_run_id, id) DO NOTHING",
                 [_file_row(run.id, file) for file in run.files],
             )
+
+    def _write_nodes(
+        self,
+        tx: Tx,
+        run_id: str,
+        nodes: Sequence[NodeExecutionRecord],
+        held: Collection[str] = (),
+    ) -> None:
+        """Upsert node executions; `held`: the ids of those that hold their node's
+        checkpoint outputs (`CheckpointRecord.held`)."""
+        if len(nodes) == 1:
+            tx.execute(_NODE_UPSERT, _node_row(run_id, nodes[0], nodes[0].id in held))
+        else:
+            rows = [_node_row(run_id, node, node.id in held) for node in nodes]
+            tx.executemany(_NODE_UPSERT, rows)
 
     # ---- checkpoints
 
@@ -505,10 +545,53 @@ class RelationalStore(Store):
         ).rowcount
         if updated == 0:
             self._first_checkpoint(tx, checkpoint, now)
-        _write_parts(tx, checkpoint)
+        self._write_parts(tx, checkpoint)
         if run is not None:
             self._write_run(tx, run, None)
-        _write_nodes(tx, checkpoint.run_id, nodes, set(checkpoint.held.values()))
+        if nodes:
+            self._write_nodes(tx, checkpoint.run_id, nodes, set(checkpoint.held.values()))
+
+    def _write_parts(self, tx: Tx, checkpoint: CheckpointRecord) -> None:
+        for name, value in checkpoint.parts.items():
+            tx.execute(
+                "INSERT INTO run_checkpoint_parts (run_id, part, value) VALUES (?, ?, ?) "
+                "ON CONFLICT (run_id, part) DO UPDATE SET value = excluded.value",
+                (checkpoint.run_id, name, value),
+            )
+
+    def _replay(self, tx: Tx, found: CheckpointRecord, paths: Sequence[Any]) -> bool:
+        """Apply the journaled checkpoints another process left (it died, or lost its
+        hold) under the claim of `found`: those of the writer that holds it, node
+        executions and parts as they are, the head when it is newer than the row's.
+        True when the head moved."""
+        position, moved = found.position, False
+        for path in paths:
+            for entry in run_journal.read(path):
+                if entry.writer != found.owner:
+                    continue  # a writer that lost the run: none of it counts
+                checkpoint = entry.checkpoint
+                if checkpoint.run_id != found.run_id:
+                    continue
+                if checkpoint.position > position:
+                    tx.execute(
+                        "UPDATE run_checkpoints SET version = ?, position = ?, snapshot = ?, "
+                        "updated_at = ? WHERE run_id = ?",
+                        (
+                            checkpoint.version,
+                            checkpoint.position,
+                            checkpoint.snapshot,
+                            time.time(),
+                            found.run_id,
+                        ),
+                    )
+                    position, moved = checkpoint.position, True
+                self._write_parts(tx, checkpoint)
+                if entry.run is not None:
+                    self._write_run(tx, entry.run, None)
+                if entry.nodes:
+                    held = set(checkpoint.held.values())
+                    self._write_nodes(tx, checkpoint.run_id, entry.nodes, held)
+        return moved
 
     def _first_checkpoint(self, tx: Tx, checkpoint: CheckpointRecord, now: float) -> None:
         """No checkpoint row this writer may update: the run's first, unless the run
@@ -542,11 +625,9 @@ class RelationalStore(Store):
 
     def checkpoint(self, run_id: str, *, whole: bool = True) -> CheckpointRecord | None:
         with self._reading() as tx:
-            row = tx.execute(
-                f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            if row is None or not whole:
-                return CheckpointRecord(*row) if row is not None else None
+            found = _checkpoint_row(tx, run_id)
+            if found is None or not whole:
+                return found
             parts = tx.execute(
                 "SELECT part, value FROM run_checkpoint_parts WHERE run_id = ?", (run_id,)
             ).fetchall()
@@ -555,7 +636,7 @@ class RelationalStore(Store):
                 "WHERE workflow_run_id = ? AND checkpoint_outputs = 1 ORDER BY idx",
                 (run_id,),
             ).fetchall()
-        return CheckpointRecord(*row, parts={k: v for k, v in parts}, held=dict(held))
+        return dataclasses.replace(found, parts={k: v for k, v in parts}, held=dict(held))
 
     def checkpoints(self, status: str | None = None) -> list[CheckpointRecord]:
         where, params = ("WHERE status = ?", (status,)) if status else ("", ())
@@ -586,12 +667,9 @@ class RelationalStore(Store):
     ) -> CheckpointRecord | None:
         now = time.time()
         with self._transaction(leases=True) as tx:
-            row = tx.execute(
-                f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            if row is None:
+            found = _checkpoint_row(tx, run_id)
+            if found is None:
                 return None
-            found = CheckpointRecord(*row)
             held = (
                 not take_over
                 and found.owner is not None
@@ -602,12 +680,9 @@ class RelationalStore(Store):
             if found.status not in statuses or held:
                 return None
             left = self.journal.left(run_id) if self.journal is not None else []
-            if left and _replay(tx, found, left):
-                row = tx.execute(
-                    f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?",
-                    (run_id,),
-                ).fetchone()
-                found = CheckpointRecord(*row)
+            if left and self._replay(tx, found, left):
+                found = _checkpoint_row(tx, run_id)
+                assert found is not None  # under the claim's lock: nobody removed it
             expires = now + lease_seconds
             tx.execute(
                 "UPDATE run_checkpoints SET status = 'running', owner = ?, lease_expires_at = ?, "
@@ -1077,6 +1152,14 @@ _FORM_COLUMNS = (
 )
 
 
+def _checkpoint_row(tx: Tx, run_id: str) -> CheckpointRecord | None:
+    """The run's checkpoint row alone (no parts, no held marks)."""
+    row = tx.execute(
+        f"SELECT {_CHECKPOINT_COLUMNS} FROM run_checkpoints WHERE run_id = ?", (run_id,)
+    ).fetchone()
+    return CheckpointRecord(*row) if row is not None else None
+
+
 def _form(row: Sequence[Any]) -> FormRecord:
     (form_id, token, app_id, run_id, node_id, user_id, definition, status, expires_at) = row[:9]
     created_at, action_id, submission, closed_at, source = row[9:]
@@ -1216,41 +1299,6 @@ def statements(script: str) -> Iterator[str]:
             yield part.strip()
 
 
-_RUN_UPSERT = (
-    "INSERT INTO workflow_runs (id, app_id, workflow_id, mode, user_id, conversation_id, "
-    "status, inputs, outputs, error, elapsed_time, total_tokens, total_steps, "
-    "exceptions_count, created_at, finished_at, triggered_from) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (id) DO UPDATE SET conversation_id = excluded.conversation_id, "
-    "status = excluded.status, outputs = excluded.outputs, error = excluded.error, "
-    "elapsed_time = excluded.elapsed_time, total_tokens = excluded.total_tokens, "
-    "total_steps = excluded.total_steps, exceptions_count = excluded.exceptions_count, "
-    "finished_at = excluded.finished_at"
-)
-
-
-def _run_row(run: RunRecord, conversation_id: str | None) -> tuple[Any, ...]:
-    return (
-        run.id,
-        run.app_id,
-        run.workflow_id,
-        run.mode,
-        run.user_id,
-        conversation_id,
-        run.status,
-        _dump(run.inputs),
-        _dump(run.outputs),
-        run.error,
-        run.elapsed_time,
-        run.total_tokens,
-        run.total_steps,
-        run.exceptions_count,
-        run.created_at,
-        run.finished_at,
-        run.triggered_from,
-    )
-
-
 _NODE_UPSERT = (
     "INSERT INTO node_executions (id, workflow_run_id, idx, node_id, node_type, title, "
     "predecessor_node_id, status, inputs, process_data, outputs, error, elapsed_time, "
@@ -1301,57 +1349,3 @@ def _file_row(run_id: str, file: FileRecord) -> tuple[Any, ...]:
         file.remote_url,
         file.path,
     )
-
-
-def _replay(tx: Tx, found: CheckpointRecord, paths: Sequence[Any]) -> bool:
-    """Apply the journaled checkpoints another process left (it died, or lost its
-    hold) under the claim of `found`: those of the writer that holds it, node
-    executions and parts as they are, the head when it is newer than the row's.
-    True when the head moved."""
-    position, moved = found.position, False
-    for path in paths:
-        for entry in run_journal.read(path):
-            if entry.writer != found.owner:
-                continue  # a writer that lost the run: none of it counts
-            checkpoint = entry.checkpoint
-            if checkpoint.run_id != found.run_id:
-                continue
-            if checkpoint.position > position:
-                tx.execute(
-                    "UPDATE run_checkpoints SET version = ?, position = ?, snapshot = ?, "
-                    "updated_at = ? WHERE run_id = ?",
-                    (
-                        checkpoint.version,
-                        checkpoint.position,
-                        checkpoint.snapshot,
-                        time.time(),
-                        found.run_id,
-                    ),
-                )
-                position, moved = checkpoint.position, True
-            _write_parts(tx, checkpoint)
-            if entry.run is not None:
-                tx.execute(_RUN_UPSERT, _run_row(entry.run, None))
-            _write_nodes(tx, checkpoint.run_id, entry.nodes, set(checkpoint.held.values()))
-    return moved
-
-
-def _write_parts(tx: Tx, checkpoint: CheckpointRecord) -> None:
-    for name, value in checkpoint.parts.items():
-        tx.execute(
-            "INSERT INTO run_checkpoint_parts (run_id, part, value) VALUES (?, ?, ?) "
-            "ON CONFLICT (run_id, part) DO UPDATE SET value = excluded.value",
-            (checkpoint.run_id, name, value),
-        )
-
-
-def _write_nodes(
-    tx: Tx, run_id: str, nodes: Sequence[NodeExecutionRecord], held: Collection[str] = ()
-) -> None:
-    """Upsert node executions; `held`: the ids of those that hold their node's
-    checkpoint outputs (`CheckpointRecord.held`)."""
-    rows = [_node_row(run_id, node, node.id in held) for node in nodes]
-    if len(rows) == 1:
-        tx.execute(_NODE_UPSERT, rows[0])
-    elif rows:
-        tx.executemany(_NODE_UPSERT, rows)

@@ -214,12 +214,12 @@ class RunJournal:
     def retire(self, run_id: str) -> None:
         """The run journals nothing more here for now (it paused or ended): its file goes."""
         with self.lock:
+            if run_id in self._pending:
+                return  # still pending: its flush comes first
             file = self._files.pop(run_id, None)
-            if file is not None and run_id not in self._pending:
+            if file is not None:
                 os.close(file.fd)
                 file.path.unlink(missing_ok=True)
-            elif file is not None:
-                self._files[run_id] = file  # still pending: it goes after its flush
 
     def failed(self, run_id: str, error: BaseException) -> None:
         """A flush of the run's checkpoints failed outside its writer: the writer is

@@ -618,7 +618,7 @@ class WorkflowRun:
 
     def _changing_values(self, scope: VariablePool) -> dict[str, dict[str, Any]]:
         """`sys` and `conversation` encoded for a head: again only after a write."""
-        writes = (scope.writes("sys"), scope.writes("conversation"))  # _CHANGING's
+        writes = tuple(scope.writes(h) for h in _CHANGING)
         if self._changing is None or self._changing[0] != writes:
             values = cp.node_values({h: scope.own(h) or {} for h in _CHANGING})
             self._changing = (writes, values)
