@@ -22,7 +22,10 @@ that counts.
 
 Files: `<database>-journals/<run id>~<journal>.log`, one per run and store,
 written from its start again after each flush (its pages stay the kernel's: a
-write over them costs half a new one). A frame: its length, its CRC-32 (of its
+write over them costs half a new one). A run that ends leaves its file to the
+next run as a spare (`~<pid>-<journal>-<n>.log`, a name no run id matches;
+`SPARES` of them at most, each cut to `FLUSH_BYTES`); spares of a process that
+is gone are removed when a store opens the folder. A frame: its length, its CRC-32 (of its
 generation and its body) and its generation (4 bytes each, big-endian), then
 the checkpoint's records as plain data, pickled (`_PlainPickler`; read back
 naming no class but the plain types). A flush makes the first frame
@@ -55,10 +58,12 @@ from firstgate.store.base import CheckpointRecord, NodeExecutionRecord, RunRecor
 # to other processes), and how much it may hold in memory before they catch up.
 FLUSH_S = 0.2
 FLUSH_BYTES = 8 << 20
+SPARES = 4  # ended runs' files kept for the next runs (their pages are written again)
 _FRAME = struct.Struct(">III")  # length, CRC-32 (of the generation and the body), generation
 _GENERATION = struct.Struct(">I")
 _SUFFIX = ".log"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_SPARE = re.compile(r"~(\d+)-[0-9a-f]+-\d+\.log")  # `~<pid>-<journal>-<n>.log`
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,7 @@ class _File:
     fd: int
     generation: int = 0
     seed: int = field(default_factory=lambda: _seed(0))  # the CRC of the generation
+    written: int = 0  # how far into the file any frame went
 
     def next_generation(self) -> None:
         self.generation += 1
@@ -119,6 +125,9 @@ class RunJournal:
         self.lock = threading.RLock()  # appends and flushes, in order
         self._name = uuid.uuid4().hex[:12]
         self._files: dict[str, _File] = {}
+        self._spares: list[_File] = []  # ended runs' files, for the next runs
+        self._made = 0  # spare names given
+        self._swept = False  # spares of gone processes removed from the folder
         self._pending: dict[str, Pending] = {}
         self._failed: dict[str, BaseException] = {}
         self._committed: set[str] = set()  # runs whose checkpoint row this store wrote
@@ -164,6 +173,7 @@ class RunJournal:
                 pending.run = run
             pending.nodes.extend(nodes)
             pending.size += len(header) + len(body)
+            file.written = max(file.written, pending.size)
             self._pending[run_id] = pending
             return pending
 
@@ -193,11 +203,30 @@ class RunJournal:
     def _file(self, run_id: str) -> _File:
         file = self._files.get(run_id)
         if file is None:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             path = self.directory / f"{run_id}~{self._name}{_SUFFIX}"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            file = self._files[run_id] = _File(path, fd)
+            file = self._files[run_id] = self._spare(path) or self._new(path)
         return file
+
+    def _new(self, path: Path) -> _File:
+        if not self._swept:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _sweep(self.directory)
+            self._swept = True
+        return _File(path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+
+    def _spare(self, path: Path) -> _File | None:
+        """An ended run's file under the run's name: its first frame is unreadable
+        already, and what follows is of older generations (`done`)."""
+        while self._spares:
+            file = self._spares.pop()
+            try:
+                os.rename(file.path, path)
+            except FileNotFoundError:  # removed by a process that took us for gone
+                os.close(file.fd)
+                continue
+            file.path = path
+            return file
+        return None
 
     def take(self, run_id: str) -> Pending | None:
         """The run's pending checkpoints, for a flush (under `lock`, as appends are)."""
@@ -212,14 +241,30 @@ class RunJournal:
         file.next_generation()
 
     def retire(self, run_id: str) -> None:
-        """The run journals nothing more here for now (it paused or ended): its file goes."""
+        """The run journals nothing more here for now (it paused or ended): its file
+        is kept for the next run (a spare: no run's name), or goes."""
         with self.lock:
             if run_id in self._pending:
                 return  # still pending: its flush comes first
             file = self._files.pop(run_id, None)
-            if file is not None:
-                os.close(file.fd)
-                file.path.unlink(missing_ok=True)
+            if file is None:
+                return
+            if len(self._spares) < SPARES:
+                spare = self.directory / f"~{os.getpid()}-{self._name}-{self._made}{_SUFFIX}"
+                self._made += 1
+                try:
+                    if file.written > FLUSH_BYTES:  # one frame that big: not kept whole
+                        os.ftruncate(file.fd, FLUSH_BYTES)
+                        file.written = FLUSH_BYTES
+                    os.rename(file.path, spare)
+                except OSError:
+                    pass  # not kept: it goes
+                else:
+                    file.path = spare
+                    self._spares.append(file)
+                    return
+            os.close(file.fd)
+            file.path.unlink(missing_ok=True)
 
     def failed(self, run_id: str, error: BaseException) -> None:
         """A flush of the run's checkpoints failed outside its writer: the writer is
@@ -256,10 +301,11 @@ class RunJournal:
         """After a last flush: every file goes (nothing in them counts any more)."""
         with self.lock:
             self._pending.clear()
-            for file in self._files.values():
+            for file in [*self._files.values(), *self._spares]:
                 os.close(file.fd)
                 file.path.unlink(missing_ok=True)
             self._files.clear()
+            self._spares.clear()
 
 
 def read(path: Path) -> Iterator[Entry]:
@@ -290,6 +336,25 @@ def _seed(generation: int) -> int:
     """Where a frame's CRC starts: the CRC of its generation (a frame of another
     generation fails the check even where the bytes after it happen to match)."""
     return zlib.crc32(_GENERATION.pack(generation))
+
+
+def _sweep(directory: Path) -> None:
+    """Remove the spares of processes that are gone (a process that died keeps
+    its spares: nothing in them counts)."""
+    for name in os.listdir(directory):
+        found = _SPARE.fullmatch(name)
+        if found is not None and not _alive(int(found.group(1))):
+            (directory / name).unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
 
 
 def remove(paths: Sequence[Path]) -> None:

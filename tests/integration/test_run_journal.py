@@ -278,9 +278,61 @@ def test_a_run_that_ends_takes_what_its_journal_held_and_leaves_no_file(tmp_path
         assert _raw_nodes(path) == ["exec-0"]
         assert store.checkpoint(RUN) is None
         assert _journals(path) == []
-        assert not os.listdir(f"{path}-journals")
+        # What is left is a spare for the next run, under no run's name, holding
+        # nothing that reads as a checkpoint.
+        (spare,) = Path(f"{path}-journals").iterdir()
+        assert spare.name.startswith(f"~{os.getpid()}-")
+        assert list(run_journal.read(spare)) == []
     finally:
         store.close()
+    assert not os.listdir(f"{path}-journals")  # a closed store keeps no spare
+
+
+def test_the_next_run_writes_an_ended_runs_file_and_reads_only_its_own_frames(
+    tmp_path: Path,
+) -> None:
+    """An ended run's file (its frames of older generations behind a first one made
+    unreadable) is the next run's journal: what replay reads there is the next
+    run's checkpoints, and only those."""
+    journal = run_journal.RunJournal(tmp_path / "journals")
+    other = "run-journal-2"
+    try:
+        for position in (10, 11, 12):
+            journal.append(_checkpoint(position, "w"), "w", None, [_node(position)])
+        pending = journal.take(RUN)
+        assert pending is not None
+        journal.done(pending)
+        first = pending.file.path
+        size = os.stat(first).st_size
+        journal.retire(RUN)
+        assert not first.exists()
+        journal.append(dataclasses.replace(_checkpoint(20, "w"), run_id=other), "w", None, [])
+        (path,) = (tmp_path / "journals").iterdir()
+        # The same file: the older frames are still there behind the new one.
+        assert path.name.startswith(f"{other}~") and os.stat(path).st_size == size
+        found = list(run_journal.read(path))
+        assert [(e.checkpoint.run_id, e.checkpoint.position) for e in found] == [(other, 20)]
+    finally:
+        journal.close()
+
+
+def test_spares_of_a_process_that_is_gone_are_removed_when_a_store_opens_the_folder(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "journals"
+    directory.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    (directory / f"~{gone}-0123456789ab-0.log").write_bytes(b"\0" * 64)
+    alive = directory / f"~{os.getpid()}-0123456789ab-0.log"
+    alive.write_bytes(b"\0" * 64)
+    journal = run_journal.RunJournal(directory)
+    try:
+        journal.append(_checkpoint(10, "w"), "w", None, [])
+        names = sorted(p.name for p in directory.iterdir())
+        assert names == sorted([alive.name, f"{RUN}~{journal._name}.log"])
+    finally:
+        journal.close()
 
 
 def test_a_run_ended_elsewhere_leaves_no_journal_of_a_dead_process(tmp_path: Path) -> None:
