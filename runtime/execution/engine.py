@@ -882,7 +882,8 @@ def _frame_state(
 ) -> dict[str, Any]:
     """A frame's `FrameState` as plain data: `values` (what of its scope is kept, encoded),
     its executions in flight (`running`, by frame) and paused nodes."""
-    executions = running.get(frame, [])
+    executions = running.get(frame, ())
+    held = paused.get(frame, ())
     return {
         "index": frame.index,
         "values": values,
@@ -897,7 +898,7 @@ def _frame_state(
                 "payload": cp.encode(p.payload),
                 "reason": cp.encode(p.reason),
             }
-            for e, p in paused.get(frame, [])
+            for e, p in held
         ],
         "containers": [
             _container_state(e.container, running, paused)
@@ -913,7 +914,8 @@ def _encoded_state(state: dict[str, Any]) -> dict[str, Any]:
     """The report's totals for a head: only what may hold files or odd numbers encoded
     (the counts, the elapsed time and the answer are plain)."""
     for key in ("outputs", "usage", "written", "retriever_resources"):
-        state[key] = cp.encode(state[key])
+        if state[key]:  # empty at most nodes: nothing to encode (the head is written at once)
+            state[key] = cp.encode(state[key])
     return state
 
 
