@@ -237,6 +237,47 @@ def test_a_snapshot_resumes_in_process_without_a_store() -> None:
     assert again.position == len(first) + len(second)
 
 
+def test_the_runs_totals_keep_their_files_across_a_pause(tmp_path: Path) -> None:
+    """One branch ends (its end node's file goes into the run's outputs) while the
+    other pauses: the checkpoint's totals hold a file, and the resumed run ends with it."""
+    path = tmp_path / "notes.txt"
+    path.write_text("x", encoding="utf-8")
+    file = File(
+        type=FileType.DOCUMENT,
+        transfer_method=TransferMethod.LOCAL_FILE,
+        filename="notes.txt",
+        extension=".txt",
+        mime_type="text/plain",
+        size=1,
+        related_id="n1",
+        path=path,
+    )
+    start = [{"variable": "f", "type": "file", "allowed_file_types": ["document"]}]
+    nodes = [
+        node("start", "start", variables=start),
+        node("early", "end", outputs=[{"variable": "doc", "value_selector": ["start", "f"]}]),
+        node("ask", "test-pause", prompt="go on?"),
+        node("late", "end", outputs=[{"variable": "out", "value_selector": ["ask", "answer"]}]),
+    ]
+    edges = [edge("start", "early"), edge("start", "ask"), edge("ask", "late", "yes")]
+    graph = {"graph": {"nodes": nodes, "edges": edges}}
+    workflow = load_workflow({"kind": "app", "app": {"mode": "workflow"}, "workflow": graph})
+    options = RunOptions(durability=cp.Durability.NODE)
+    store = open_store(str(tmp_path / "state.db"))
+    with RunResources.open(clients=object(), store=store) as resources:  # type: ignore[arg-type]
+        run = workflow.run({"f": file}, options, resources)
+        list(run)
+        assert run.status == "paused"
+        answer = cp.Resolved({"answer": "ok"}, "yes")
+        again = workflow.resume(run.run_id, options, resources, resolved={"ask": answer})
+        last = list(again)[-1]
+    store.close()
+    assert again.status == "succeeded" and last.outputs["out"] == "ok"
+    doc = last.outputs["doc"]  # a file again, as Dify shows one (not its fields as data)
+    assert doc["dify_model_identity"] == "__dify__file__" and "path" not in doc
+    assert (doc["filename"], doc["related_id"], doc["id"]) == ("notes.txt", "n1", file.id)
+
+
 def test_snapshot_versions_are_checked_first() -> None:
     workflow = load_workflow(pausing_doc())
     with RunResources.open(clients=object()) as resources:  # type: ignore[arg-type]
