@@ -69,6 +69,21 @@ def pausing_doc() -> dict[str, Any]:
     }
 
 
+def text_file(path: Path, related_id: str) -> File:
+    """A one-byte local text file, as an upload makes one."""
+    path.write_text("x", encoding="utf-8")
+    return File(
+        type=FileType.DOCUMENT,
+        transfer_method=TransferMethod.LOCAL_FILE,
+        filename=path.name,
+        extension=".txt",
+        mime_type="text/plain",
+        size=1,
+        related_id=related_id,
+        path=path,
+    )
+
+
 @pytest.fixture(autouse=True)
 def _pausing_node() -> Iterator[None]:
     with pausing_node.registered():
@@ -240,18 +255,7 @@ def test_a_snapshot_resumes_in_process_without_a_store() -> None:
 def test_the_runs_totals_keep_their_files_across_a_pause(tmp_path: Path) -> None:
     """One branch ends (its end node's file goes into the run's outputs) while the
     other pauses: the checkpoint's totals hold a file, and the resumed run ends with it."""
-    path = tmp_path / "notes.txt"
-    path.write_text("x", encoding="utf-8")
-    file = File(
-        type=FileType.DOCUMENT,
-        transfer_method=TransferMethod.LOCAL_FILE,
-        filename="notes.txt",
-        extension=".txt",
-        mime_type="text/plain",
-        size=1,
-        related_id="n1",
-        path=path,
-    )
+    file = text_file(tmp_path / "notes.txt", "n1")
     start = [{"variable": "f", "type": "file", "allowed_file_types": ["document"]}]
     nodes = [
         node("start", "start", variables=start),
@@ -304,18 +308,8 @@ def test_snapshot_versions_are_checked_first() -> None:
 
 
 def test_values_keep_their_files(tmp_path: Path) -> None:
-    path = tmp_path / "doc.txt"
-    path.write_text("x", encoding="utf-8")
-    file = File(
-        type=FileType.DOCUMENT,
-        transfer_method=TransferMethod.LOCAL_FILE,
-        filename="doc.txt",
-        extension=".txt",
-        mime_type="text/plain",
-        size=1,
-        related_id="r1",
-        path=path,
-    )
+    file = text_file(tmp_path / "doc.txt", "r1")
+    path = file.path
     value = {"files": [file, {"nested": (1, "two")}], "n": None}
     back = cp.decode(json.loads(json.dumps(cp.encode(value))))
     assert back == {"files": [file, {"nested": [1, "two"]}], "n": None}
