@@ -883,7 +883,6 @@ def _frame_state(
     """A frame's `FrameState` as plain data: `values` (what of its scope is kept, encoded),
     its executions in flight (`running`, by frame) and paused nodes."""
     executions = running.get(frame, ())
-    held = paused.get(frame, ())
     return {
         "index": frame.index,
         "values": values,
@@ -898,7 +897,7 @@ def _frame_state(
                 "payload": cp.encode(p.payload),
                 "reason": cp.encode(p.reason),
             }
-            for e, p in held
+            for e, p in paused.get(frame, ())
         ],
         "containers": [
             _container_state(e.container, running, paused)

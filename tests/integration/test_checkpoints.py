@@ -267,15 +267,17 @@ def test_the_runs_totals_keep_their_files_across_a_pause(tmp_path: Path) -> None
     graph = {"graph": {"nodes": nodes, "edges": edges}}
     workflow = load_workflow({"kind": "app", "app": {"mode": "workflow"}, "workflow": graph})
     options = RunOptions(durability=cp.Durability.NODE)
-    store = open_store(str(tmp_path / "state.db"))
-    with RunResources.open(clients=object(), store=store) as resources:  # type: ignore[arg-type]
-        run = workflow.run({"f": file}, options, resources)
-        list(run)
-        assert run.status == "paused"
-        answer = cp.Resolved({"answer": "ok"}, "yes")
-        again = workflow.resume(run.run_id, options, resources, resolved={"ask": answer})
-        last = list(again)[-1]
-    store.close()
+    store = open_store(tmp_path / "state.db")
+    try:
+        with RunResources.open(clients=object(), store=store) as resources:  # type: ignore[arg-type]
+            run = workflow.run({"f": file}, options, resources)
+            list(run)
+            assert run.status == "paused"
+            answer = cp.Resolved({"answer": "ok"}, "yes")
+            again = workflow.resume(run.run_id, options, resources, resolved={"ask": answer})
+            last = list(again)[-1]
+    finally:
+        store.close()
     assert again.status == "succeeded" and last.outputs["out"] == "ok"
     doc = last.outputs["doc"]  # a file again, as Dify shows one (not its fields as data)
     assert doc["dify_model_identity"] == "__dify__file__" and "path" not in doc
@@ -309,11 +311,10 @@ def test_snapshot_versions_are_checked_first() -> None:
 
 def test_values_keep_their_files(tmp_path: Path) -> None:
     file = text_file(tmp_path / "doc.txt", "r1")
-    path = file.path
     value = {"files": [file, {"nested": (1, "two")}], "n": None}
     back = cp.decode(json.loads(json.dumps(cp.encode(value))))
     assert back == {"files": [file, {"nested": [1, "two"]}], "n": None}
-    assert back["files"][0].path == path
+    assert back["files"][0].path == file.path
 
 
 def test_values_keep_what_json_has_no_word_for() -> None:
